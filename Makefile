@@ -1,0 +1,43 @@
+# Every command of the project. CI (.ci/run) calls these targets.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTHON ?= python3
+
+.PHONY: help install demo test test-unit lint typecheck bench flower clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install the project with its dev tools
+
+demo: install  ## migrate, start two workers and beat, run scripted runs end to end
+	$(PY) examples/demo.py
+
+test: install  ## the whole suite (unit, db, e2e); needs PostgreSQL and Redis
+	$(VENV)/bin/pytest -q
+
+test-unit: install  ## only the in-memory tests
+	$(VENV)/bin/pytest -q tests/unit
+
+lint: install  ## ruff and the import contracts
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+typecheck: install  ## mypy strict
+	$(VENV)/bin/mypy
+
+bench: install  ## per-round cost at round 10 and 500, next to a bare Celery hop
+	$(PY) bench/rounds.py
+
+flower: install  ## Flower on the same broker, http://127.0.0.1:5555
+	$(VENV)/bin/aidawork flower
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

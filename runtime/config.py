@@ -1,0 +1,57 @@
+"""TurnConfig: what one run asks for (model, system prompt, tools, policy), parsed
+strictly from the run request's ``config`` object."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# The only provider this issue ships; real providers join this union later.
+MAX_SCRIPT_TURNS = 10_000
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Policy(_Frozen):
+    """Per-run limits. ``max_rounds`` bounds the ReAct loop: the run fails with
+    ``MAX_ROUNDS_EXCEEDED`` instead of calling the model a ``max_rounds + 1``-th time."""
+
+    max_rounds: int = Field(default=20, ge=1, le=10_000)
+
+
+class ScriptedToolCall(_Frozen):
+    name: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScriptedTurn(_Frozen):
+    """One model response: either tool calls or final content, optionally delayed by
+    ``latency_ms`` to reproduce a real provider's I/O wait."""
+
+    tool_calls: list[ScriptedToolCall] | None = Field(default=None, min_length=1)
+    content: str | None = None
+    latency_ms: int = Field(default=0, ge=0, le=600_000)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ScriptedTurn:
+        if (self.tool_calls is None) == (self.content is None):
+            raise ValueError("a turn has exactly one of 'tool_calls' or 'content'")
+        return self
+
+
+class ScriptedModelConfig(_Frozen):
+    provider: Literal["scripted"]
+    turns: list[ScriptedTurn] = Field(min_length=1, max_length=MAX_SCRIPT_TURNS)
+
+
+ModelConfig = Annotated[ScriptedModelConfig, Field(discriminator="provider")]
+
+
+class TurnConfig(_Frozen):
+    model: ModelConfig
+    system_prompt: str = Field(default="", max_length=200_000)
+    tools: list[str] = Field(default_factory=list, max_length=128)
+    policy: Policy = Field(default_factory=Policy)

@@ -1,0 +1,83 @@
+"""The Runtime (built once per process) and the per-run OrchestratorDeps.
+
+``Runtime`` keeps the shared base dependencies (model providers, tool registry,
+settings values, logger) apart from ``memory`` (conversation memory: the per-process
+context cache) and ``internal_tool_deps`` (what the internal tools themselves need), so
+a test can swap one without rebuilding the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.canonical import digest
+from runtime.config import Policy, TurnConfig
+from runtime.memory import ContextCache
+from runtime.models.base import ModelClient
+from runtime.models.scripted import ScriptedModel
+from runtime.tools import Tool, ToolRegistry, builtin_registry
+
+ModelFactory = Callable[[Any], ModelClient]
+
+
+def default_model_providers() -> dict[str, ModelFactory]:
+    return {"scripted": ScriptedModel}
+
+
+@dataclass(frozen=True)
+class BaseDeps:
+    model_providers: Mapping[str, ModelFactory]
+    tools: ToolRegistry
+    logger: Any = None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    base: BaseDeps
+    memory: ContextCache = field(default_factory=ContextCache)
+    internal_tool_deps: Mapping[str, Any] = field(default_factory=dict)
+
+
+def build_runtime(*, logger: Any = None, memory_capacity: int = 1024) -> Runtime:
+    return Runtime(
+        base=BaseDeps(model_providers=default_model_providers(), tools=builtin_registry(), logger=logger),
+        memory=ContextCache(capacity=memory_capacity),
+    )
+
+
+@dataclass(frozen=True)
+class OrchestratorDeps:
+    """Everything ``drive_react_loop`` consumes for one run: model, tools, prompt, policy,
+    and the digests of the prompt and tool set (fixed for the run, computed once)."""
+
+    model: ModelClient
+    tools: Mapping[str, Tool]
+    system_prompt: str
+    policy: Policy
+    tool_specs: tuple[dict[str, Any], ...]
+    system_digest: str
+    tools_digest: str
+
+
+def compose_deps(runtime: Runtime, turn_config: TurnConfig) -> OrchestratorDeps:
+    """Combine the process's base deps with one run's config. Names must already be
+    valid (``prepare_execution`` checks them); a missing one here is a bug."""
+    factory = runtime.base.model_providers[turn_config.model.provider]
+    tools: dict[str, Tool] = {}
+    for name in turn_config.tools:
+        tool = runtime.base.tools.get(name)
+        if tool is None:
+            raise KeyError(name)
+        tools[name] = tool
+    specs = tuple(tool.spec() for tool in tools.values())
+    return OrchestratorDeps(
+        model=factory(turn_config.model),
+        tools=tools,
+        system_prompt=turn_config.system_prompt,
+        policy=turn_config.policy,
+        tool_specs=specs,
+        system_digest=digest(turn_config.system_prompt),
+        tools_digest=digest(list(specs)),
+    )

@@ -1,0 +1,72 @@
+"""One error base for the project's own errors, with families by audience.
+
+Every error carries a stable ``code`` (what a client or operator matches on) and says
+whether retrying the same thing can help (``retryable``).
+"""
+
+from __future__ import annotations
+
+
+class AidaworkError(Exception):
+    """Base of every error this project raises on purpose."""
+
+    code = "AIDAWORK_ERROR"
+    retryable = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+# --- bad input from an upstream service: refused before anything is stored -------------
+
+
+class RequestInvalid(AidaworkError):
+    """Raised by ``prepare_execution`` when a run request cannot be executed as written.
+
+    ``field`` is the dotted path of the offending value (``config.tools[0]``).
+    """
+
+    code = "REQUEST_INVALID"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.reason = message
+
+
+# --- model providers -------------------------------------------------------------------
+
+
+class ModelError(AidaworkError):
+    """Raised by a model client when a call did not produce a usable response."""
+
+    code = "MODEL_ERROR"
+
+
+class ModelUnavailable(ModelError):
+    """The provider could not be reached or answered with a transient failure."""
+
+    code = "MODEL_UNAVAILABLE"
+    retryable = True
+
+
+class ModelInputRejection(ModelError):
+    """The provider refused the input because it exceeds the context window."""
+
+    code = "MODEL_INPUT_REJECTED"
+
+
+class ModelScriptExhausted(ModelError):
+    """The scripted model was asked for a turn beyond the end of its script."""
+
+    code = "MODEL_SCRIPT_EXHAUSTED"
+
+
+# --- tools -----------------------------------------------------------------------------
+
+
+class ToolFailed(AidaworkError):
+    """Raised by a tool handler for an expected failure; the model sees the message."""
+
+    code = "TOOL_FAILED"

@@ -1,0 +1,254 @@
+"""orchestrate / drive_react_loop: exactly one ReAct round in, one RoundResult out.
+
+A round is: (on the run's first round) the user's input, one model call, then every tool
+call the model asked for. The result says what to persist (new messages with their
+Root positions and chain digests, tool invocations, events, the round's digests) and
+what comes next (``Continue``, ``Finish`` or ``Fail``). Nothing here stores anything;
+the caller persists the result in one transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+from uuid import UUID
+
+from runtime.canonical import JSON, chain_digest, digest
+from runtime.deps import OrchestratorDeps
+from runtime.errors import ModelError
+from runtime.messages import Message, ToolCall, tool_message, user_message
+from runtime.models.base import ModelRequest, ModelResponse
+from runtime.tools import ToolDomain
+
+# --- outcomes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Continue:
+    kind: Literal["continue"] = "continue"
+
+
+@dataclass(frozen=True)
+class Finish:
+    output: str
+    kind: Literal["finish"] = "finish"
+
+
+@dataclass(frozen=True)
+class Fail:
+    error_code: str
+    message: str
+    kind: Literal["fail"] = "fail"
+
+
+RoundOutcome = Continue | Finish | Fail
+
+MAX_ROUNDS_EXCEEDED = "MAX_ROUNDS_EXCEEDED"
+
+
+# --- what a round produces --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    position: int
+    message: Message
+    chain_digest: str
+
+
+@dataclass(frozen=True)
+class ToolInvocation:
+    call: ToolCall
+    domain: ToolDomain | None  # None: the model named a tool that is not enabled
+    status: str  # completed | failed
+    result: JSON
+    args_digest: str
+    result_digest: str
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RoundDigests:
+    system: str
+    messages: str
+    tools: str
+    accepted_response: str | None
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    boundary_seq: int
+    outcome: RoundOutcome
+    new_messages: tuple[StoredMessage, ...]
+    tool_invocations: tuple[ToolInvocation, ...]
+    events: tuple[RoundEvent, ...]
+    digests: RoundDigests
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a round needs to know about its run: the Root's history so far (as loaded
+    or cached), and where this run stands."""
+
+    input: str
+    boundary_seq: int = 0
+    history: tuple[Message, ...] = ()
+    history_digest: str = ""
+    last_position: int = -1
+    run_id: UUID | None = None
+
+    @classmethod
+    def start(cls, text: str) -> RunState:
+        return cls(input=text)
+
+    def after(self, result: RoundResult) -> RunState:
+        """The state of the next round, as if ``result`` had been committed."""
+        new = result.new_messages
+        return RunState(
+            input=self.input,
+            boundary_seq=self.boundary_seq + 1,
+            history=self.history + tuple(m.message for m in new),
+            history_digest=new[-1].chain_digest if new else self.history_digest,
+            last_position=new[-1].position if new else self.last_position,
+            run_id=self.run_id,
+        )
+
+
+class RoundHooks(Protocol):
+    """Called around the model call, so the caller can record the call in its ledger
+    before and after (and inject faults in tests)."""
+
+    def model_call_started(self, request: ModelRequest, request_digest: str) -> None: ...
+
+    def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None: ...
+
+
+class NoHooks:
+    def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
+        return None
+
+    def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
+        return None
+
+
+@dataclass
+class _Appender:
+    """New messages of this round, each with its Root position and chain digest."""
+
+    position: int
+    digest: str
+    stored: list[StoredMessage] = field(default_factory=list)
+
+    def append(self, message: Message) -> None:
+        self.position += 1
+        self.digest = chain_digest(self.digest, message.to_json())
+        self.stored.append(StoredMessage(self.position, message, self.digest))
+
+    def messages(self) -> tuple[Message, ...]:
+        return tuple(s.message for s in self.stored)
+
+
+def request_digest(deps: OrchestratorDeps, messages_digest: str) -> str:
+    return digest({"system": deps.system_digest, "messages": messages_digest, "tools": deps.tools_digest})
+
+
+def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks | None = None) -> RoundResult:
+    """Do exactly one round of the run described by ``state``.
+
+    A retryable model error (``ModelUnavailable``) propagates: the round did not happen
+    and may be tried again. Every other model error ends the run with its code.
+    """
+    hooks = hooks or NoHooks()
+    new = _Appender(position=state.last_position, digest=state.history_digest)
+    if state.boundary_seq == 0:
+        new.append(user_message(state.input))
+    messages_digest = new.digest
+    request = ModelRequest(
+        system=deps.system_prompt,
+        messages=state.history + new.messages(),
+        tools=deps.tool_specs,
+        messages_digest=messages_digest,
+        round_index=state.boundary_seq,
+    )
+    hooks.model_call_started(request, request_digest(deps, messages_digest))
+    try:
+        response = deps.model.complete(request)
+    except ModelError as exc:
+        hooks.model_call_finished(None, exc)
+        if exc.retryable:
+            raise
+        return _result(deps, state, new, Fail(exc.code, exc.message), (), [], messages_digest, None)
+    hooks.model_call_finished(response, None)
+
+    new.append(response.as_message())
+    events = [RoundEvent("model_responded", {"boundary_seq": state.boundary_seq, **response.to_json()})]
+    if not response.tool_calls:
+        outcome: RoundOutcome = Finish(output=response.content or "")
+        return _result(deps, state, new, outcome, (), events, messages_digest, response.digest())
+
+    invocations = []
+    for call in response.tool_calls:
+        invocation = _run_tool(deps, call)
+        invocations.append(invocation)
+        new.append(tool_message(call, invocation.result))
+        events.append(
+            RoundEvent(
+                "tool_completed",
+                {"tool_call_id": call.id, "name": call.name, "status": invocation.status, "result": invocation.result},
+            )
+        )
+    outcome = Continue()
+    if state.boundary_seq + 1 >= deps.policy.max_rounds:
+        outcome = Fail(
+            MAX_ROUNDS_EXCEEDED,
+            f"the run reached its limit of {deps.policy.max_rounds} rounds without a final answer",
+        )
+    return _result(deps, state, new, outcome, tuple(invocations), events, messages_digest, response.digest())
+
+
+def _run_tool(deps: OrchestratorDeps, call: ToolCall) -> ToolInvocation:
+    tool = deps.tools.get(call.name)
+    if tool is None:
+        status: str = "failed"
+        result: JSON = {"error": {"code": "TOOL_UNKNOWN", "message": f"tool {call.name!r} is not enabled"}}
+        domain = None
+    else:
+        status, result = tool.run(call.args)
+        domain = tool.domain
+    return ToolInvocation(
+        call=call,
+        domain=domain,
+        status=status,
+        result=result,
+        args_digest=digest(call.args),
+        result_digest=digest(result),
+    )
+
+
+def _result(
+    deps: OrchestratorDeps,
+    state: RunState,
+    new: _Appender,
+    outcome: RoundOutcome,
+    invocations: tuple[ToolInvocation, ...],
+    events: list[RoundEvent],
+    messages_digest: str,
+    response_digest: str | None,
+) -> RoundResult:
+    if isinstance(outcome, Finish):
+        events.append(RoundEvent("run_completed", {"output": outcome.output}))
+    elif isinstance(outcome, Fail):
+        events.append(RoundEvent("run_failed", {"error_code": outcome.error_code, "message": outcome.message}))
+    return RoundResult(
+        boundary_seq=state.boundary_seq,
+        outcome=outcome,
+        new_messages=tuple(new.stored),
+        tool_invocations=invocations,
+        events=tuple(events),
+        digests=RoundDigests(deps.system_digest, messages_digest, deps.tools_digest, response_digest),
+    )

@@ -1,0 +1,79 @@
+"""The conversation as the model sees it: messages and tool calls.
+
+Plain frozen dataclasses rather than pydantic models: a warm round appends a handful of
+these and a cold one loads hundreds, so they stay cheap. ``to_json`` / ``from_json`` are
+the stored form (the ``messages.body`` column).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Literal
+
+from runtime.canonical import JSON, canonical_json
+
+Role = Literal["user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    args: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "args": self.args}
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    # Set on tool messages: the structured result as the tool returned it.
+    result: JSON = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"role": self.role}
+        if self.content is not None:
+            body["content"] = self.content
+        if self.tool_calls:
+            body["tool_calls"] = [c.to_json() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            body["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            body["name"] = self.name
+        if self.result is not None:
+            body["result"] = self.result
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Message:
+        return cls(
+            role=body["role"],
+            content=body.get("content"),
+            tool_calls=tuple(
+                ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in body.get("tool_calls", ())
+            ),
+            tool_call_id=body.get("tool_call_id"),
+            name=body.get("name"),
+            result=body.get("result"),
+        )
+
+    @cached_property
+    def token_count(self) -> int:
+        """Deterministic token estimate: one token per 4 characters of the canonical body,
+        rounded up. Documented so that scripted context limits are reproducible."""
+        return (len(canonical_json(self.to_json())) + 3) // 4
+
+
+def user_message(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def tool_message(call: ToolCall, result: JSON) -> Message:
+    # The result is stored once, structured; adapters render it for their provider.
+    return Message(role="tool", tool_call_id=call.id, name=call.name, result=result)

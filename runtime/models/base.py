@@ -1,0 +1,55 @@
+"""The model interface every provider implements.
+
+Synchronous on purpose: a worker runs rounds on Celery's threads pool, so a provider
+call blocks its own thread only, and many rounds wait on I/O at once in one process.
+Adapters raise the typed errors of ``runtime.errors`` (``ModelUnavailable`` is
+retryable, ``ModelInputRejection`` means the context is too long).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from runtime.canonical import digest
+from runtime.messages import Message, ToolCall
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...]
+    # Chain digest of ``messages``, maintained incrementally by the caller.
+    messages_digest: str
+    # Which round of the run this call serves (0-based); the same on a re-executed round.
+    round_index: int
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"content": self.content, "tool_calls": [c.to_json() for c in self.tool_calls]}
+
+    def digest(self) -> str:
+        return digest(self.to_json())
+
+    def as_message(self) -> Message:
+        return Message(role="assistant", content=self.content, tool_calls=self.tool_calls)
+
+
+class ModelClient(Protocol):
+    """One call, one response. Implementations must be safe to call from many threads."""
+
+    def complete(self, request: ModelRequest) -> ModelResponse: ...

@@ -1,0 +1,39 @@
+"""A deterministic model whose script travels in the run request.
+
+Turn ``i`` of the script answers round ``i`` of the run (``ModelRequest.round_index``),
+so a round that is re-executed after a crash gets the same answer. Tool call ids are
+``call_<turn>_<index>``, so a re-executed round produces identical ids.
+"""
+
+from __future__ import annotations
+
+import time
+
+from runtime.config import ScriptedModelConfig
+from runtime.errors import ModelScriptExhausted
+from runtime.messages import ToolCall
+from runtime.models.base import ModelRequest, ModelResponse, Usage
+
+
+class ScriptedModel:
+    def __init__(self, config: ScriptedModelConfig) -> None:
+        self._turns = config.turns
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        index = request.round_index
+        if index >= len(self._turns):
+            raise ModelScriptExhausted(
+                f"the script has {len(self._turns)} turns and turn {index + 1} was requested"
+            )
+        turn = self._turns[index]
+        if turn.latency_ms:
+            time.sleep(turn.latency_ms / 1000)
+        calls = tuple(
+            ToolCall(id=f"call_{index}_{i}", name=c.name, args=dict(c.args))
+            for i, c in enumerate(turn.tool_calls or ())
+        )
+        usage = Usage(
+            input_tokens=sum(m.token_count for m in request.messages),
+            output_tokens=(len(turn.content or "") + 3) // 4 + 8 * len(calls),
+        )
+        return ModelResponse(content=turn.content, tool_calls=calls, usage=usage)

@@ -1,0 +1,125 @@
+"""The preparation boundary shared by execution and by durable admission.
+
+``prepare_execution`` validates a run request completely (shape, config, provider,
+tools, and a scripted model's tool calls against the tools' args models) and composes
+the run's deps. It never calls the model. The submit path calls it, so a request that
+cannot run is refused before anything is stored or queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from runtime.config import ScriptedModelConfig, TurnConfig
+from runtime.deps import OrchestratorDeps, Runtime, compose_deps
+from runtime.errors import RequestInvalid
+from runtime.loop import RoundOutcome, RunState, drive_react_loop
+from runtime.messages import Message
+from schema.wire import RunRequest
+
+
+@dataclass(frozen=True)
+class PreparedExecution:
+    turn_config: TurnConfig
+    deps: OrchestratorDeps
+
+
+def format_loc(loc: Sequence[int | str], prefix: str = "") -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def invalid_from(exc: ValidationError, prefix: str = "") -> RequestInvalid:
+    """The first error of a pydantic ``ValidationError`` as a ``RequestInvalid``."""
+    err = exc.errors()[0]
+    loc = list(err["loc"])
+    if err["type"] == "union_tag_invalid":
+        loc.append("provider")
+    # A discriminated union puts the tag in the path (model.scripted.turns); drop it.
+    if len(loc) >= 2 and loc[0] == "model" and loc[1] == "scripted":
+        del loc[1]
+    return RequestInvalid(format_loc(loc, prefix), err["msg"])
+
+
+def parse_turn_config(config: Mapping[str, Any]) -> TurnConfig:
+    try:
+        return TurnConfig.model_validate(dict(config))
+    except ValidationError as exc:
+        raise invalid_from(exc, "config") from None
+
+
+def prepare_turn(runtime: Runtime, config: Mapping[str, Any]) -> PreparedExecution:
+    turn_config = parse_turn_config(config)
+    registry = runtime.base.tools
+    if turn_config.model.provider not in runtime.base.model_providers:
+        raise RequestInvalid("config.model.provider", f"unknown model provider {turn_config.model.provider!r}")
+    seen: set[str] = set()
+    for i, name in enumerate(turn_config.tools):
+        if registry.get(name) is None:
+            known = ", ".join(registry.names())
+            raise RequestInvalid(f"config.tools[{i}]", f"unknown tool {name!r} (known: {known})")
+        if name in seen:
+            raise RequestInvalid(f"config.tools[{i}]", f"tool {name!r} is listed twice")
+        seen.add(name)
+    if isinstance(turn_config.model, ScriptedModelConfig):
+        _check_script(runtime, turn_config)
+    return PreparedExecution(turn_config=turn_config, deps=compose_deps(runtime, turn_config))
+
+
+def _check_script(runtime: Runtime, turn_config: TurnConfig) -> None:
+    assert isinstance(turn_config.model, ScriptedModelConfig)
+    enabled = set(turn_config.tools)
+    for t, turn in enumerate(turn_config.model.turns):
+        for c, call in enumerate(turn.tool_calls or ()):
+            where = f"config.model.turns[{t}].tool_calls[{c}]"
+            if call.name not in enabled:
+                raise RequestInvalid(f"{where}.name", f"tool {call.name!r} is not enabled in config.tools")
+            tool = runtime.base.tools.get(call.name)
+            assert tool is not None
+            try:
+                tool.parse_args(call.args, strict=True)
+            except ValidationError as exc:
+                raise invalid_from(exc, f"{where}.args") from None
+
+
+def parse_request(raw: Mapping[str, Any] | RunRequest) -> RunRequest:
+    if isinstance(raw, RunRequest):
+        return raw
+    try:
+        return RunRequest.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise invalid_from(exc) from None
+
+
+def prepare_execution(runtime: Runtime, raw: Mapping[str, Any] | RunRequest) -> tuple[RunRequest, PreparedExecution]:
+    """Validate a whole run request; returns it parsed, with the run's composed deps."""
+    request = parse_request(raw)
+    return request, prepare_turn(runtime, request.config)
+
+
+@dataclass(frozen=True)
+class InProcessRun:
+    outcome: RoundOutcome
+    rounds: int
+    messages: tuple[Message, ...]
+
+
+def resolve_and_run(runtime: Runtime, raw: Mapping[str, Any] | RunRequest) -> InProcessRun:
+    """Prepare, then orchestrate every round in this process with no persistence:
+    for tools, tests and the plain single-completion path."""
+    request, prepared = prepare_execution(runtime, raw)
+    state = RunState.start(request.input)
+    while True:
+        result = drive_react_loop(prepared.deps, state)
+        state = state.after(result)
+        if result.outcome.kind != "continue":
+            return InProcessRun(outcome=result.outcome, rounds=state.boundary_seq, messages=state.history)

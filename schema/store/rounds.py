@@ -1,0 +1,191 @@
+"""Rounds: the model-call ledger and the one-statement, fenced commit of a round.
+
+A round commits as a single statement (data-modifying CTEs): the fenced UPDATE of the
+run, and inserts of the round row, its new messages, tool invocations and events that
+each select from that UPDATE. A stale fence matches no run row, so nothing at all is
+written, and the caller gets ``FenceLost``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine, text
+
+from schema.store.errors import FenceLost
+from schema.store.runs import _NEXT_IN_ROOT
+from schema.store.tx import run_transaction
+
+COMMIT_ROUND_SQL = text(
+    f"""
+WITH upd AS (
+  UPDATE runs SET
+    boundary_seq = boundary_seq + 1, status = :status, lease_expires_at = NULL, round_attempts = 0,
+    event_seq = event_seq + :n_events, dispatched_at = now(), updated_at = now(),
+    output = :output, error_code = :error_code, error_message = :error_message,
+    finished_at = CASE WHEN :terminal THEN now() END
+  WHERE id = :run_id AND claim_fence = :fence AND boundary_seq = :boundary_seq AND status = 'running'
+  RETURNING id, root_id, root_seq, event_seq - :n_events AS first_event_seq
+), round_row AS (
+  INSERT INTO rounds (run_id, boundary_seq, claim_fence, outcome, system_digest, messages_digest,
+                      tools_digest, accepted_response_digest)
+  SELECT id, :boundary_seq, :fence, :outcome, :system_digest, :messages_digest, :tools_digest,
+         :accepted_response_digest FROM upd
+), message_rows AS (
+  INSERT INTO messages (root_id, position, run_id, boundary_seq, role, body, chain_digest)
+  SELECT upd.root_id, m.position, upd.id, :boundary_seq, m.body->>'role', m.body, m.chain_digest
+  FROM upd, jsonb_to_recordset(CAST(:messages AS jsonb)) AS m(position int, body jsonb, chain_digest text)
+), tool_rows AS (
+  INSERT INTO tool_invocations (run_id, boundary_seq, tool_call_id, tool_name, tool_domain, args,
+                                args_digest, status, result, result_digest, claim_fence)
+  SELECT upd.id, :boundary_seq, t.tool_call_id, t.tool_name, t.tool_domain, t.args, t.args_digest,
+         t.status, t.result, t.result_digest, :fence
+  FROM upd, jsonb_to_recordset(CAST(:tools AS jsonb)) AS t(
+    tool_call_id text, tool_name text, tool_domain text, args jsonb, args_digest text, status text,
+    result jsonb, result_digest text)
+), event_rows AS (
+  INSERT INTO run_events (run_id, seq, kind, data)
+  SELECT upd.id, upd.first_event_seq + e.ordinality, e.value->>'kind', e.value->'data'
+  FROM upd, jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ordinality)
+)
+SELECT upd.id, CASE WHEN :terminal THEN {_NEXT_IN_ROOT.format(alias="upd")} END AS next_run_id FROM upd
+"""
+)
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One round, ready to store: plain JSON-able values."""
+
+    run_id: UUID
+    boundary_seq: int
+    fence: int
+    outcome: str  # continue | finish | fail
+    status: str  # the run's status after the round
+    terminal: bool
+    output: str | None
+    error_code: str | None
+    error_message: str | None
+    system_digest: str
+    messages_digest: str
+    tools_digest: str
+    accepted_response_digest: str | None
+    messages: list[dict[str, Any]]  # {position, body, chain_digest}
+    tools: list[dict[str, Any]]  # tool_invocations columns
+    events: list[dict[str, Any]]  # {kind, data}
+
+
+def _commit_txn(conn: Connection, record: RoundRecord) -> UUID | None:
+    row = conn.execute(
+        COMMIT_ROUND_SQL,
+        {
+            "run_id": record.run_id,
+            "fence": record.fence,
+            "boundary_seq": record.boundary_seq,
+            "status": record.status,
+            "terminal": record.terminal,
+            "output": record.output,
+            "error_code": record.error_code,
+            "error_message": record.error_message,
+            "outcome": record.outcome,
+            "system_digest": record.system_digest,
+            "messages_digest": record.messages_digest,
+            "tools_digest": record.tools_digest,
+            "accepted_response_digest": record.accepted_response_digest,
+            "messages": json.dumps(record.messages),
+            "tools": json.dumps(record.tools),
+            "events": json.dumps(record.events),
+            "n_events": len(record.events),
+        },
+    ).one_or_none()
+    if row is None:
+        raise FenceLost(record.run_id, record.fence)
+    return row.next_run_id  # type: ignore[no-any-return]
+
+
+def commit_round(engine: Engine, record: RoundRecord) -> UUID | None:
+    """Commit a round under the held fence, or raise ``FenceLost`` having written
+    nothing. When the run ended, returns the next queued run of its Root (to enqueue)."""
+    return run_transaction(engine, lambda conn: _commit_txn(conn, record), name="commit_round")
+
+
+# --- the model-call ledger --------------------------------------------------------------------
+
+_LEDGER_START_SQL = text(
+    """
+INSERT INTO model_calls (run_id, boundary_seq, attempt, claim_fence, status, request_digest)
+SELECT :run_id, :boundary_seq, :attempt, :fence, 'started', :request_digest
+WHERE EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND claim_fence = :fence)
+RETURNING id
+"""
+)
+
+_LEDGER_FINISH_SQL = text(
+    """
+UPDATE model_calls SET status = :status, response_digest = :response_digest,
+  input_tokens = :input_tokens, output_tokens = :output_tokens, error_code = :error_code,
+  finished_at = now()
+WHERE id = :call_id AND EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND claim_fence = :fence)
+"""
+)
+
+
+def record_model_call_started(
+    engine: Engine, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str
+) -> int:
+    """Write the ledger row before calling the model; a holder that lost its fence gets
+    ``FenceLost`` here and never pays for the call."""
+
+    def _txn(conn: Connection) -> int:
+        call_id = conn.execute(
+            _LEDGER_START_SQL,
+            {
+                "run_id": run_id,
+                "boundary_seq": boundary_seq,
+                "attempt": attempt,
+                "fence": fence,
+                "request_digest": request_digest,
+            },
+        ).scalar_one_or_none()
+        if call_id is None:
+            raise FenceLost(run_id, fence)
+        return int(call_id)
+
+    return run_transaction(engine, _txn, name="model_call_started")
+
+
+def record_model_call_finished(
+    engine: Engine,
+    call_id: int,
+    run_id: UUID,
+    fence: int,
+    *,
+    response_digest: str | None,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    error_code: str | None,
+) -> None:
+    """Write the call's outcome and usage right after it returns (before tools run), so
+    the spend is on record even if the round never commits."""
+
+    def _txn(conn: Connection) -> None:
+        result = conn.execute(
+            _LEDGER_FINISH_SQL,
+            {
+                "call_id": call_id,
+                "run_id": run_id,
+                "fence": fence,
+                "status": "failed" if error_code else "succeeded",
+                "response_digest": response_digest,
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "error_code": error_code,
+            },
+        )
+        if result.rowcount != 1:
+            raise FenceLost(run_id, fence)
+
+    run_transaction(engine, _txn, name="model_call_finished")

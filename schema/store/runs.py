@@ -1,0 +1,343 @@
+"""Runs: submit, claim, lease, cancel, reconcile, and the status view.
+
+The claim is one statement: it takes the run (fence + 1, a fresh lease) only if the run
+is at the expected boundary, not terminal or suspended, not leased by a live holder,
+and first in its Root's queue; in the same round trip it returns the messages the
+caller's cache does not have yet.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+from sqlalchemy import Connection, Engine, text
+
+from schema.store.errors import FenceLost, RootNotFound, RunNotFound
+from schema.store.tx import run_transaction
+from schema.wire import RunRequest, RunStatus, RunView
+
+# Runs that hold their Root's turn: a later run of the Root waits until these end.
+_EARLIER_ACTIVE = """
+    EXISTS (SELECT 1 FROM runs AS earlier
+            WHERE earlier.root_id = {alias}.root_id AND earlier.root_seq < {alias}.root_seq
+              AND earlier.status IN ('queued', 'running', 'suspended'))
+"""
+
+_NEXT_IN_ROOT = """
+    (SELECT n.id FROM runs AS n
+     WHERE n.root_id = {alias}.root_id AND n.root_seq > {alias}.root_seq AND n.status = 'queued'
+     ORDER BY n.root_seq LIMIT 1)
+"""
+
+CLAIM_SQL = text(
+    f"""
+WITH claimed AS (
+  UPDATE runs SET
+    claim_fence = claim_fence + 1,
+    lease_expires_at = now() + make_interval(secs => :lease_s),
+    status = 'running',
+    round_attempts = round_attempts + 1,
+    dispatched_at = now(),
+    started_at = coalesce(started_at, now()),
+    updated_at = now()
+  WHERE id = :run_id AND boundary_seq = :boundary_seq
+    AND status IN ('queued', 'running')
+    AND (lease_expires_at IS NULL OR lease_expires_at < now())
+    AND NOT {_EARLIER_ACTIVE.format(alias="runs")}
+  RETURNING id, root_id, claim_fence, round_attempts,
+    CASE WHEN :cold THEN input END AS input,
+    CASE WHEN :cold THEN config END AS config
+)
+SELECT claimed.*,
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, m.body, m.chain_digest) ORDER BY m.position),
+                   CAST('[]' AS jsonb))
+   FROM messages AS m
+   WHERE m.root_id = claimed.root_id AND m.position > :after_position) AS new_messages
+FROM claimed
+"""
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: UUID
+    root_id: UUID
+    fence: int
+    boundary_seq: int
+    attempt: int
+    input: str | None  # only on a cold claim
+    config: dict[str, Any] | None  # only on a cold claim
+    new_messages: list[tuple[int, dict[str, Any], str]]  # (position, body, chain_digest)
+
+
+def claim_round(
+    engine: Engine, run_id: UUID, boundary_seq: int, *, lease_s: float, after_position: int, cold: bool
+) -> Claim | None:
+    """Claim the run for round ``boundary_seq``; ``None`` when it is not claimable
+    (already done, leased by another holder, not its Root's turn, or gone)."""
+
+    def _txn(conn: Connection) -> Claim | None:
+        row = conn.execute(
+            CLAIM_SQL,
+            {
+                "run_id": run_id,
+                "boundary_seq": boundary_seq,
+                "lease_s": lease_s,
+                "after_position": after_position,
+                "cold": cold,
+            },
+        ).one_or_none()
+        if row is None:
+            return None
+        return Claim(
+            run_id=row.id,
+            root_id=row.root_id,
+            fence=row.claim_fence,
+            boundary_seq=boundary_seq,
+            attempt=row.round_attempts,
+            input=row.input,
+            config=row.config,
+            new_messages=[(p, b, d) for p, b, d in row.new_messages],
+        )
+
+    return run_transaction(engine, _txn, name="claim_round")
+
+
+def describe_run(engine: Engine, run_id: UUID) -> dict[str, Any] | None:
+    """Why a claim may have been refused: the run's current status and boundary."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT status, boundary_seq, claim_fence, lease_expires_at > now() AS leased "
+                "FROM runs WHERE id = :run_id"
+            ),
+            {"run_id": run_id},
+        ).one_or_none()
+    return None if row is None else dict(row._mapping)
+
+
+# --- submit -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submitted:
+    run_id: UUID
+    root_id: UUID
+    root_seq: int
+
+
+def submit_run(engine: Engine, request: RunRequest, config: dict[str, Any]) -> Submitted:
+    """Store a validated run (its Root, checkpoint and first event) in one transaction.
+    The caller sends the first task only after this commits."""
+
+    def _txn(conn: Connection) -> Submitted:
+        run_id = uuid4()
+        if request.root_id is None:
+            root_id, root_seq = uuid4(), 0
+            conn.execute(
+                text("INSERT INTO roots (id, owner, next_run_seq) VALUES (:id, :owner, 1)"),
+                {"id": root_id, "owner": request.owner},
+            )
+        else:
+            root_id = request.root_id
+            # Locks the Root row, so concurrent submits to one Root get distinct seqs in order.
+            root_seq = conn.execute(
+                text(
+                    "UPDATE roots SET next_run_seq = next_run_seq + 1 WHERE id = :id AND owner = :owner "
+                    "RETURNING next_run_seq - 1"
+                ),
+                {"id": root_id, "owner": request.owner},
+            ).scalar_one_or_none()
+            if root_seq is None:
+                raise RootNotFound(root_id, request.owner)
+        conn.execute(
+            text(
+                "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq) "
+                "VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1)"
+            ),
+            {
+                "id": run_id,
+                "root_id": root_id,
+                "root_seq": root_seq,
+                "owner": request.owner,
+                "input": request.input,
+                "config": json.dumps(config),
+            },
+        )
+        conn.execute(text("INSERT INTO run_checkpoints (run_id) VALUES (:id)"), {"id": run_id})
+        conn.execute(
+            text(
+                "INSERT INTO run_events (run_id, seq, kind, data) "
+                "VALUES (:id, 1, 'run_queued', CAST(:data AS jsonb))"
+            ),
+            {"id": run_id, "data": json.dumps({"root_id": str(root_id), "root_seq": root_seq})},
+        )
+        return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq)
+
+    return run_transaction(engine, _txn, name="submit_run")
+
+
+# --- ending a run outside a round ----------------------------------------------------------
+
+_END_RUN_SQL = text(
+    f"""
+WITH upd AS (
+  UPDATE runs SET status = :status, lease_expires_at = NULL, error_code = :error_code,
+    error_message = :error_message, event_seq = event_seq + 1, finished_at = now(), updated_at = now(),
+    claim_fence = claim_fence + CASE WHEN :bump_fence THEN 1 ELSE 0 END
+  WHERE id = :run_id AND status IN ('queued', 'running', 'suspended')
+    AND (CAST(:fence AS bigint) IS NULL OR claim_fence = CAST(:fence AS bigint))
+  RETURNING id, root_id, root_seq, event_seq
+), ev AS (
+  INSERT INTO run_events (run_id, seq, kind, data)
+  SELECT id, event_seq, :event_kind, CAST(:event_data AS jsonb) FROM upd
+)
+SELECT upd.id, {_NEXT_IN_ROOT.format(alias="upd")} AS next_run_id FROM upd
+"""
+)
+
+
+def _end_run(engine: Engine, run_id: UUID, *, fence: int | None, status: RunStatus, error_code: str,
+             message: str, event_kind: str) -> tuple[bool, UUID | None]:
+    def _txn(conn: Connection) -> tuple[bool, UUID | None]:
+        row = conn.execute(
+            _END_RUN_SQL,
+            {
+                "run_id": run_id,
+                "fence": fence,
+                "bump_fence": fence is None,
+                "status": status.value,
+                "error_code": error_code,
+                "error_message": message,
+                "event_kind": event_kind,
+                "event_data": json.dumps({"error_code": error_code, "message": message}),
+            },
+        ).one_or_none()
+        return (False, None) if row is None else (True, row.next_run_id)
+
+    return run_transaction(engine, _txn, name="end_run")
+
+
+def fail_claimed_run(engine: Engine, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:
+    """Fail a run the caller holds (fenced). Returns the next queued run of its Root."""
+    ended, next_run_id = _end_run(
+        engine, run_id, fence=fence, status=RunStatus.FAILED, error_code=error_code, message=message,
+        event_kind="run_failed",
+    )
+    if not ended:
+        raise FenceLost(run_id, fence)
+    return next_run_id
+
+
+def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, UUID | None]:
+    """Cancel a run that has not ended. The fence is bumped, so a worker in the middle of
+    a round cannot commit it. Returns (cancelled, next queued run of the Root)."""
+    return _end_run(
+        engine, run_id, fence=None, status=RunStatus.CANCELLED, error_code="CANCELLED",
+        message="cancelled by request", event_kind="run_cancelled",
+    )
+
+
+# --- leases ---------------------------------------------------------------------------------
+
+
+def release_lease(engine: Engine, run_id: UUID, fence: int) -> bool:
+    """Give up a claim without committing a round (the round failed with an error).
+    The run is redelivered by the reconciler."""
+
+    def _txn(conn: Connection) -> bool:
+        result = conn.execute(
+            text(
+                "UPDATE runs SET lease_expires_at = NULL, updated_at = now() "
+                "WHERE id = :run_id AND claim_fence = :fence AND status = 'running'"
+            ),
+            {"run_id": run_id, "fence": fence},
+        )
+        return result.rowcount == 1
+
+    return run_transaction(engine, _txn, name="release_lease")
+
+
+def extend_leases(engine: Engine, holdings: list[tuple[UUID, int]], lease_s: float) -> set[UUID]:
+    """Heartbeat for every round this process holds, in one statement. Returns the run
+    ids whose fence is still held; the others were taken over."""
+    if not holdings:
+        return set()
+
+    def _txn(conn: Connection) -> set[UUID]:
+        rows = conn.execute(
+            text(
+                "UPDATE runs SET lease_expires_at = now() + make_interval(secs => :lease_s) "
+                "FROM unnest(CAST(:ids AS uuid[]), CAST(:fences AS bigint[])) AS h(id, fence) "
+                "WHERE runs.id = h.id AND runs.claim_fence = h.fence AND runs.status = 'running' "
+                "RETURNING runs.id"
+            ),
+            {"ids": [r for r, _ in holdings], "fences": [f for _, f in holdings], "lease_s": lease_s},
+        )
+        return {row.id for row in rows}
+
+    return run_transaction(engine, _txn, name="extend_leases")
+
+
+# --- reconcile ------------------------------------------------------------------------------
+
+RECONCILE_SQL = text(
+    f"""
+WITH due AS (
+  SELECT id FROM runs AS r
+  WHERE r.status IN ('queued', 'running')
+    AND r.dispatched_at < now() - make_interval(secs => :grace_s)
+    AND (r.lease_expires_at IS NULL OR r.lease_expires_at < now())
+    AND NOT {_EARLIER_ACTIVE.format(alias="r")}
+  ORDER BY r.dispatched_at
+  LIMIT :limit
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE runs SET dispatched_at = now() FROM due WHERE runs.id = due.id
+RETURNING runs.id, runs.boundary_seq
+"""
+)
+
+
+def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int]]:
+    """Runs that should be executing but have no live task: their lease expired (a
+    crashed or paused worker) or their last task was sent more than ``grace_s`` ago and
+    never claimed (a lost message). Marks them dispatched now; the caller sends tasks."""
+    return run_transaction(
+        engine,
+        lambda conn: [(r.id, r.boundary_seq) for r in conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit})],
+        name="reconcile",
+    )
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def get_run_view(engine: Engine, run_id: UUID) -> RunView:
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
+                "(SELECT count(*) FROM model_calls mc WHERE mc.run_id = r.id) AS model_calls, "
+                "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
+                "FROM runs r WHERE r.id = :run_id"
+            ),
+            {"run_id": run_id},
+        ).one_or_none()
+    if row is None:
+        raise RunNotFound(run_id)
+    return RunView.model_validate(dict(row._mapping))
+
+
+def run_status(engine: Engine, run_id: UUID) -> tuple[RunStatus, datetime | None]:
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT status, finished_at FROM runs WHERE id = :run_id"), {"run_id": run_id}
+        ).one_or_none()
+    if row is None:
+        raise RunNotFound(run_id)
+    return RunStatus(row.status), row.finished_at

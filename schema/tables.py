@@ -1,0 +1,205 @@
+"""The database schema as SQLAlchemy Core tables (one MetaData).
+
+Alembic migrations create it (``aidawork migrate``); a test proves that
+``upgrade head`` equals this file. Status columns carry CHECK constraints that mirror
+the ``StrEnum``s in ``schema.wire``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+from schema.wire import RunStatus
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _in(column: str, values: list[str]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+def _now() -> Column:  # type: ignore[type-arg]
+    return Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()"))
+
+
+ACTIVE_STATUSES = [RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.SUSPENDED.value]
+
+roots = Table(
+    "roots",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("owner", Text, nullable=False),
+    # The next run's position in the Root: runs of a Root execute in this order.
+    Column("next_run_seq", Integer, nullable=False, server_default=text("0")),
+    _now(),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("root_id", UUID(as_uuid=True), ForeignKey("roots.id"), nullable=False),
+    Column("root_seq", Integer, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("input", Text, nullable=False),
+    Column("config", JSONB, nullable=False),
+    # Number of committed rounds; the next round to execute has this boundary_seq.
+    Column("boundary_seq", Integer, nullable=False, server_default=text("0")),
+    # Incremented by every claim; every write after a claim is fenced by it.
+    Column("claim_fence", BigInteger, nullable=False, server_default=text("0")),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    # Claims made at the current boundary; bounded, so a poison round cannot loop.
+    Column("round_attempts", Integer, nullable=False, server_default=text("0")),
+    # Sequence number of the run's last event.
+    Column("event_seq", Integer, nullable=False, server_default=text("0")),
+    # When a round task was last sent (or claimed): the reconciler re-sends stale ones.
+    Column("dispatched_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("output", Text),
+    Column("error_code", Text),
+    Column("error_message", Text),
+    _now(),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint(_in("status", [s.value for s in RunStatus]), name="status"),
+    UniqueConstraint("root_id", "root_seq"),
+    Index(
+        "ix_runs_dispatch",
+        "dispatched_at",
+        postgresql_where=text("status IN ('queued', 'running')"),
+    ),
+)
+
+run_checkpoints = Table(
+    "run_checkpoints",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    # Where the run's model context stands: advanced by a context rebuild's admission.
+    Column("boundary_seq", Integer, nullable=False, server_default=text("0")),
+    Column("context_start_position", Integer, nullable=False, server_default=text("0")),
+    Column("summary", Text),
+    Column("rebuilds", Integer, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+ROUND_OUTCOMES = ["continue", "finish", "fail"]
+
+rounds = Table(
+    "rounds",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("boundary_seq", Integer, primary_key=True),
+    Column("claim_fence", BigInteger, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("system_digest", Text, nullable=False),
+    Column("messages_digest", Text, nullable=False),
+    Column("tools_digest", Text, nullable=False),
+    Column("accepted_response_digest", Text),
+    _now(),
+    CheckConstraint(_in("outcome", ROUND_OUTCOMES), name="outcome"),
+)
+
+MESSAGE_ROLES = ["user", "assistant", "tool"]
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("root_id", UUID(as_uuid=True), ForeignKey("roots.id"), nullable=False),
+    # Position in the Root's conversation, gapless from 0; only the active run writes.
+    Column("position", Integer, nullable=False),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("boundary_seq", Integer, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("body", JSONB, nullable=False),
+    # Digest of the Root's history up to and including this message.
+    Column("chain_digest", Text, nullable=False),
+    _now(),
+    CheckConstraint(_in("role", MESSAGE_ROLES), name="role"),
+    UniqueConstraint("root_id", "position"),
+)
+
+TOOL_STATUSES = ["completed", "failed"]
+TOOL_DOMAINS = ["sdk", "local", "desktop", "plugin"]
+
+tool_invocations = Table(
+    "tool_invocations",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("boundary_seq", Integer, nullable=False),
+    Column("tool_call_id", Text, nullable=False),
+    Column("tool_name", Text, nullable=False),
+    Column("tool_domain", Text),
+    Column("args", JSONB, nullable=False),
+    Column("args_digest", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    # The full raw result, whatever the model's next context is given.
+    Column("result", JSONB),
+    Column("result_digest", Text),
+    Column("claim_fence", BigInteger, nullable=False),
+    _now(),
+    CheckConstraint(_in("status", TOOL_STATUSES), name="status"),
+    CheckConstraint(f"tool_domain IS NULL OR {_in('tool_domain', TOOL_DOMAINS)}", name="tool_domain"),
+    UniqueConstraint("run_id", "tool_call_id"),
+)
+
+run_events = Table(
+    "run_events",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    # Gapless per run from 1: what a watcher resumes from.
+    Column("seq", Integer, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("data", JSONB, nullable=False),
+    _now(),
+    UniqueConstraint("run_id", "seq"),
+)
+
+MODEL_CALL_STATUSES = ["started", "succeeded", "failed"]
+
+model_calls = Table(
+    "model_calls",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("boundary_seq", Integer, nullable=False),
+    # The claim attempt at this boundary that made the call (runs.round_attempts).
+    Column("attempt", Integer, nullable=False),
+    Column("claim_fence", BigInteger, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("request_digest", Text, nullable=False),
+    Column("response_digest", Text),
+    Column("input_tokens", Integer),
+    Column("output_tokens", Integer),
+    Column("error_code", Text),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint(_in("status", MODEL_CALL_STATUSES), name="status"),
+    Index("ix_model_calls_run_boundary", "run_id", "boundary_seq"),
+)

@@ -1,0 +1,87 @@
+"""Pydantic models that cross a process or database boundary: the run request, the
+round task payload, events and the status view. Frozen, extra fields forbidden."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_INPUT_CHARS = 1_000_000
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class RunRequest(_Wire):
+    """What an upstream service submits. ``config`` is validated by
+    ``runtime.prepare.prepare_execution`` (it knows the tools and providers)."""
+
+    owner: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
+    root_id: UUID | None = None
+    input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
+    config: dict[str, Any]
+
+
+class RoundTask(_Wire):
+    """The payload of one ``aidawork.run_round`` task: ids only, so Flower shows no
+    prompts, file bodies or secrets."""
+
+    run_id: UUID
+    boundary_seq: int = Field(ge=0)
+
+
+class EventKind(StrEnum):
+    RUN_QUEUED = "run_queued"
+    MODEL_RESPONDED = "model_responded"
+    TOOL_COMPLETED = "tool_completed"
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    RUN_CANCELLED = "run_cancelled"
+
+
+TERMINAL_EVENTS = frozenset({EventKind.RUN_COMPLETED, EventKind.RUN_FAILED, EventKind.RUN_CANCELLED})
+
+
+class RunEvent(_Wire):
+    run_id: UUID
+    seq: int
+    kind: EventKind
+    data: dict[str, Any]
+    created_at: datetime
+
+
+class RunView(_Wire):
+    """What ``aidawork status RUN_ID --json`` prints."""
+
+    run_id: UUID
+    root_id: UUID
+    owner: str
+    status: RunStatus
+    rounds: int
+    model_calls: int
+    output: str | None
+    error_code: str | None
+    error_message: str | None
+    created_at: datetime
+    finished_at: datetime | None

@@ -1,0 +1,1 @@
+"""The Celery side of AIDAWORK: thin tasks around ``worker.round``."""

@@ -1,0 +1,77 @@
+"""The Celery app and its delivery semantics, decided once, here.
+
+- The broker is only the doorbell: PostgreSQL holds every run, and the reconciler
+  re-sends what a lost message or a crashed worker left behind.
+- ``task_acks_late`` + ``task_reject_on_worker_lost``: a message is acknowledged only
+  after its round committed (or was dropped as stale), so a worker that dies mid-round
+  leaves it to be redelivered. Redelivery is harmless: a claim at a boundary that has
+  moved on, or while another holder's lease is live, changes nothing and is dropped.
+- Prefetch multiplier 1: a worker reserves one message per free thread, so a slow
+  round never holds a backlog hostage.
+- JSON only, and task arguments are ids only (run id, boundary), so Flower never shows
+  prompts, file bodies or secrets.
+- Task events on (``worker_send_task_events``, ``task_send_sent_event``): Flower sees
+  every task from sent to succeeded.
+- No result backend: outcomes live in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from celery import Celery
+
+from worker.settings import get_settings
+
+ROUNDS_QUEUE = "aidawork.rounds"
+CONTROL_QUEUE = "aidawork.control"
+RUN_ROUND_TASK = "aidawork.run_round"
+RECONCILE_TASK = "aidawork.reconcile"
+
+# Visibility timeout of the Redis transport: an unacknowledged message is redelivered
+# after this long. Kept long: PostgreSQL leases, not the broker, decide when a round is
+# abandoned; the reconciler acts after lease_s.
+VISIBILITY_TIMEOUT_S = 3600
+
+
+def create_app() -> Celery:
+    settings = get_settings()
+    app = Celery("aidawork", set_as_current=False)
+    app.conf.update(
+        broker_url=settings.broker_url,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        result_backend=None,
+        task_default_queue=ROUNDS_QUEUE,
+        task_routes={RECONCILE_TASK: {"queue": CONTROL_QUEUE}},
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        beat_scheduler="celery.beat:Scheduler",  # in memory: the schedule is static
+        beat_schedule={
+            "reconcile": {
+                "task": RECONCILE_TASK,
+                "schedule": settings.reconcile_interval_s,
+                # A reconcile nobody ran in time is superseded by the next one.
+                "options": {"expires": settings.reconcile_interval_s * 2},
+            }
+        },
+        include=["worker.tasks"],
+    )
+    return app
+
+
+app = create_app()
+
+
+def dispatch_round(run_id: UUID, boundary_seq: int) -> None:
+    """Send the task for one round. Call only after the state it depends on committed."""
+    app.send_task(RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=ROUNDS_QUEUE)

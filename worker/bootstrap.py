@@ -1,0 +1,45 @@
+"""The composition root: builds the Runtime, engine and lease keeper once per process."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from runtime.deps import Runtime, build_runtime
+from schema.store.tx import make_engine
+from worker.leases import LeaseKeeper
+from worker.logging import configure_logging
+from worker.settings import Settings, get_settings
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    settings: Settings
+    engine: Engine
+    runtime: Runtime
+    leases: LeaseKeeper
+
+
+_context: WorkerContext | None = None
+_lock = threading.Lock()
+
+
+def get_context() -> WorkerContext:
+    global _context
+    if _context is None:
+        with _lock:
+            if _context is None:
+                settings = get_settings()
+                configure_logging(settings.log_level)
+                engine = make_engine(settings.database_url, pool_size=min(settings.worker_concurrency, 50) + 2)
+                _context = WorkerContext(
+                    settings=settings,
+                    engine=engine,
+                    runtime=build_runtime(),
+                    leases=LeaseKeeper(
+                        engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s
+                    ),
+                )
+    return _context

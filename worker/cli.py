@@ -1,0 +1,204 @@
+"""``aidawork``: the command line for operators and scripts.
+
+Exit codes: 0 success; 2 bad input (invalid request, unknown run); 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from runtime.errors import AidaworkError, RequestInvalid
+from schema.store.errors import RootNotFound, RunNotFound
+from schema.wire import RunEvent
+from worker.settings import SettingsError, get_settings
+
+EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
+
+
+def _err(message: str, code: int) -> int:
+    print(f"aidawork: error: {message}", file=sys.stderr)
+    return code
+
+
+def _run_id(raw: str) -> UUID:
+    try:
+        return UUID(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a run id: {raw!r}") from None
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from schema.migrate import ensure_database, upgrade_head
+
+    url = get_settings().database_url
+    created = ensure_database(url)
+    upgrade_head(url)
+    print(("created and " if created else "") + "migrated the database to head")
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import os
+
+    from worker.app import CONTROL_QUEUE, ROUNDS_QUEUE, app
+
+    concurrency = args.concurrency or get_settings().worker_concurrency
+    app.worker_main(
+        [
+            "worker",
+            "--pool=threads",
+            f"--concurrency={concurrency}",
+            f"--queues={ROUNDS_QUEUE},{CONTROL_QUEUE}",
+            f"--hostname=aidawork-{os.getpid()}@%h",
+            f"--loglevel={args.loglevel}",
+            "--task-events",
+            "--without-mingle",
+            "--without-gossip",
+        ]
+    )
+    return EXIT_OK
+
+
+def cmd_beat(args: argparse.Namespace) -> int:
+    from worker.app import app
+
+    app.start(["beat", f"--loglevel={args.loglevel}"])
+    return EXIT_OK
+
+
+def cmd_flower(args: argparse.Namespace) -> int:
+    from worker.app import app
+
+    app.start(["flower", f"--port={args.port}", f"--address={args.address}"])
+    return EXIT_OK
+
+
+def _read_request(source: str) -> Any:
+    text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    return json.loads(text)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from worker import client
+
+    try:
+        raw = _read_request(args.file)
+    except OSError as exc:
+        return _err(f"cannot read {args.file}: {exc.strerror}", EXIT_INPUT)
+    except json.JSONDecodeError as exc:
+        return _err(f"the request is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", EXIT_INPUT)
+    if not isinstance(raw, dict):
+        return _err("the request must be a JSON object", EXIT_INPUT)
+    try:
+        submitted = client.submit(raw)
+    except (RequestInvalid, RootNotFound) as exc:
+        return _err(f"invalid request: {exc.message}", EXIT_INPUT)
+    print(submitted.run_id)
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from worker import client
+
+    view = client.status(args.run_id)
+    if args.json:
+        print(view.model_dump_json(indent=2))
+        return EXIT_OK
+    print(f"run {view.run_id}: {view.status}  rounds: {view.rounds}  model calls: {view.model_calls}")
+    if view.output is not None:
+        print(f"output: {view.output}")
+    if view.error_code is not None:
+        print(f"error: {view.error_code}: {view.error_message}")
+    return EXIT_OK
+
+
+def format_event(event: RunEvent) -> str:
+    data = event.data
+    if event.kind == "model_responded":
+        calls = ", ".join(f"{c['name']}({json.dumps(c['args'])})" for c in data.get("tool_calls", []))
+        detail = f"round {data['boundary_seq']}: " + (f"calls {calls}" if calls else f"says {data.get('content')!r}")
+    elif event.kind == "tool_completed":
+        detail = f"{data['name']} -> {json.dumps(data['result'])[:200]}"
+    elif event.kind == "run_completed":
+        detail = f"output: {data['output']!r}"
+    elif event.kind in ("run_failed", "run_cancelled"):
+        detail = f"{data['error_code']}: {data['message']}"
+    else:
+        detail = json.dumps(data)
+    return f"#{event.seq} {event.kind}  {detail}"
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from worker import client
+
+    for event in client.events(args.run_id):
+        print(event.model_dump_json() if args.json else format_event(event), flush=True)
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from worker import client
+
+    if client.cancel(args.run_id):
+        print(f"cancelled {args.run_id}")
+        return EXIT_OK
+    return _err(f"run {args.run_id} has already ended", EXIT_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aidawork", description="AIDAWORK: durable LLM agent runs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("migrate", help="create the database if needed and run the migrations").set_defaults(
+        fn=cmd_migrate
+    )
+    p = sub.add_parser("worker", help="start a Celery worker (threads pool)")
+    p.add_argument("--concurrency", type=int, default=None, help="threads (default AIDAWORK_WORKER_CONCURRENCY)")
+    p.add_argument("--loglevel", default="WARNING")
+    p.set_defaults(fn=cmd_worker)
+    p = sub.add_parser("beat", help="start the scheduler that runs the reconciler")
+    p.add_argument("--loglevel", default="WARNING")
+    p.set_defaults(fn=cmd_beat)
+    p = sub.add_parser("flower", help="start Flower on the same broker")
+    p.add_argument("--port", type=int, default=5555)
+    p.add_argument("--address", default="127.0.0.1")
+    p.set_defaults(fn=cmd_flower)
+    p = sub.add_parser("submit", help="submit a run request (JSON file, or - for stdin); prints the run id")
+    p.add_argument("file")
+    p.set_defaults(fn=cmd_submit)
+    p = sub.add_parser("status", help="show a run")
+    p.add_argument("run_id", type=_run_id)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_status)
+    p = sub.add_parser("watch", help="print a run's events until it ends")
+    p.add_argument("run_id", type=_run_id)
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(fn=cmd_watch)
+    p = sub.add_parser("cancel", help="cancel a run that has not ended")
+    p.add_argument("run_id", type=_run_id)
+    p.set_defaults(fn=cmd_cancel)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        get_settings()
+        return int(args.fn(args))
+    except SettingsError as exc:
+        return _err(str(exc), EXIT_INPUT)
+    except RunNotFound as exc:
+        return _err(exc.message, EXIT_INPUT)
+    except AidaworkError as exc:
+        return _err(f"{exc.code}: {exc.message}", EXIT_ERROR)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The Python interface for upstream services: submit a run, read its status, follow its
+events, cancel it. ``submit`` validates through ``prepare_execution`` first, so a bad
+request raises ``RequestInvalid`` and nothing is stored or queued."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+from uuid import UUID
+
+import structlog
+
+from runtime.prepare import prepare_execution
+from schema.store import events as event_store
+from schema.store import runs as run_store
+from schema.store.runs import Submitted
+from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
+from worker.app import dispatch_round
+from worker.bootstrap import get_context
+
+log = structlog.get_logger("aidawork.client")
+
+
+def submit(request: Mapping[str, Any] | RunRequest) -> Submitted:
+    """Validate, store (one transaction), then ring the doorbell. If the broker is down,
+    the run is still stored and the reconciler sends it later."""
+    ctx = get_context()
+    parsed, prepared = prepare_execution(ctx.runtime, request)
+    submitted = run_store.submit_run(ctx.engine, parsed, prepared.turn_config.model_dump(mode="json"))
+    try:
+        dispatch_round(submitted.run_id, 0)
+    except Exception as exc:  # the run is durable; the reconciler will send it
+        log.warning("dispatch_deferred", run_id=str(submitted.run_id), error=str(exc))
+    return submitted
+
+
+def status(run_id: UUID) -> RunView:
+    return run_store.get_run_view(get_context().engine, run_id)
+
+
+def cancel(run_id: UUID) -> bool:
+    ctx = get_context()
+    cancelled, next_run_id = run_store.cancel_run(ctx.engine, run_id)
+    if next_run_id is not None:
+        dispatch_round(next_run_id, 0)
+    return cancelled
+
+
+def events(run_id: UUID, *, after_seq: int = 0, poll_s: float = 0.2, follow: bool = True) -> Iterator[RunEvent]:
+    """The run's events in order from ``after_seq``; with ``follow``, until the run ends."""
+    engine = get_context().engine
+    run_store.get_run_view(engine, run_id)  # RunNotFound early
+    while True:
+        batch = event_store.read_events(engine, run_id, after_seq=after_seq)
+        for event in batch:
+            yield event
+            after_seq = event.seq
+            if event.kind in TERMINAL_EVENTS:
+                return
+        if not follow and not batch:
+            return
+        if not batch:
+            time.sleep(poll_s)
+
+
+def wait(run_id: UUID, *, timeout_s: float = 60.0, poll_s: float = 0.1) -> RunView:
+    """Poll until the run is terminal; returns its view (raises TimeoutError)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = status(run_id)
+        if view.status.terminal:
+            return view
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} is still {view.status} after {timeout_s}s")
+        time.sleep(poll_s)

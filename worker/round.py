@@ -1,0 +1,210 @@
+"""The I/O shell of one round, top to bottom:
+
+1. claim the run at the expected boundary (fence + 1, lease), loading only the
+   messages this process has not cached yet - one statement;
+2. stop a poison round: too many claims at one boundary fail the run;
+3. run exactly one round in the runtime core, under the lease keeper's heartbeat,
+   with the model call written to the ledger before and after;
+4. commit the round - one fenced statement;
+5. after the commit, enqueue what comes next (the next round, or the Root's next run).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import structlog
+
+from runtime.errors import ModelError, RequestInvalid
+from runtime.loop import Continue, Fail, Finish, RoundResult, RunState, drive_react_loop
+from runtime.memory import RunMemory
+from runtime.messages import Message
+from runtime.models.base import ModelRequest, ModelResponse
+from runtime.prepare import prepare_turn
+from schema.store import rounds as round_store
+from schema.store import runs as run_store
+from schema.store.rounds import RoundRecord
+from schema.store.runs import Claim
+from schema.wire import RoundTask, RunStatus
+from worker import failpoints
+from worker.app import dispatch_round
+from worker.bootstrap import WorkerContext
+from worker.logging import bind
+
+log = structlog.get_logger("aidawork.round")
+
+ROUND_ATTEMPTS_EXHAUSTED = "ROUND_ATTEMPTS_EXHAUSTED"
+CONFIG_INVALID = "CONFIG_INVALID"
+
+
+class RoundDisposition(StrEnum):
+    DROPPED = "dropped"  # not claimable: stale or duplicate delivery, nothing written
+    COMMITTED = "committed"
+    RUN_FAILED = "run_failed"  # ended without a round (poison, invalid stored config)
+
+
+class LedgerHooks:
+    """Writes the model-call ledger around the call: a row before (fenced, so a stale
+    holder never pays for a call) and its outcome and usage right after."""
+
+    def __init__(self, ctx: WorkerContext, claim: Claim) -> None:
+        self._ctx = ctx
+        self._claim = claim
+        self._call_id: int | None = None
+
+    def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
+        c = self._claim
+        self._call_id = round_store.record_model_call_started(
+            self._ctx.engine, c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest
+        )
+        log.debug("model_called", messages=len(request.messages))
+
+    def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
+        assert self._call_id is not None
+        round_store.record_model_call_finished(
+            self._ctx.engine,
+            self._call_id,
+            self._claim.run_id,
+            self._claim.fence,
+            response_digest=response.digest() if response else None,
+            input_tokens=response.usage.input_tokens if response else None,
+            output_tokens=response.usage.output_tokens if response else None,
+            error_code=error.code if error else None,
+        )
+        failpoints.hit("after_model_call")
+
+
+def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
+    memory = ctx.runtime.memory.get(task.run_id)
+    claim = run_store.claim_round(
+        ctx.engine,
+        task.run_id,
+        task.boundary_seq,
+        lease_s=ctx.settings.lease_s,
+        after_position=memory.last_position if memory else -1,
+        cold=memory is None,
+    )
+    if claim is None:
+        log.info("claim_refused", run=run_store.describe_run(ctx.engine, task.run_id))
+        return RoundDisposition.DROPPED
+    bind(claim_fence=claim.fence)
+    log.info("round_claimed", attempt=claim.attempt, cold=memory is None)
+
+    if claim.attempt > ctx.settings.max_round_attempts:
+        return _fail_run(
+            ctx,
+            claim,
+            ROUND_ATTEMPTS_EXHAUSTED,
+            f"round {claim.boundary_seq} was claimed {claim.attempt - 1} times without completing; "
+            f"the limit is {ctx.settings.max_round_attempts} (AIDAWORK_MAX_ROUND_ATTEMPTS)",
+        )
+    failpoints.hit("after_claim")
+    try:
+        memory = _memory_after_claim(ctx, memory, claim)
+    except RequestInvalid as exc:
+        return _fail_run(ctx, claim, CONFIG_INVALID, f"the stored run config is not valid: {exc.message}")
+
+    try:
+        state = RunState(
+            input=memory.input,
+            boundary_seq=claim.boundary_seq,
+            history=memory.history,
+            history_digest=memory.history_digest,
+            last_position=memory.last_position,
+            run_id=claim.run_id,
+        )
+        with ctx.leases.holding(claim.run_id, claim.fence):
+            result = drive_react_loop(memory.prepared.deps, state, LedgerHooks(ctx, claim))
+        next_run_id = round_store.commit_round(ctx.engine, _record(claim, result))
+    except BaseException:
+        # Give the run back at once rather than at lease expiry; a lost fence makes this a no-op.
+        run_store.release_lease(ctx.engine, claim.run_id, claim.fence)
+        raise
+
+    outcome = result.outcome
+    if isinstance(outcome, Continue):
+        new = tuple(m.message for m in result.new_messages)
+        last = result.new_messages[-1]
+        ctx.runtime.memory.put(memory.extended(new, last.position, last.chain_digest))
+    else:
+        ctx.runtime.memory.discard(claim.run_id)
+    log.info("round_committed", outcome=outcome.kind, messages=len(result.new_messages))
+    failpoints.hit("after_commit")
+
+    if isinstance(outcome, Continue):
+        dispatch_round(claim.run_id, claim.boundary_seq + 1)
+    elif next_run_id is not None:
+        dispatch_round(next_run_id, 0)
+    failpoints.hit("after_enqueue")
+    return RoundDisposition.COMMITTED
+
+
+def _memory_after_claim(ctx: WorkerContext, memory: RunMemory | None, claim: Claim) -> RunMemory:
+    """The run's context after the claim: the cached one extended with the messages
+    committed since, or (cold) built from the stored config and the whole history."""
+    loaded = tuple(Message.from_json(body) for _, body, _ in claim.new_messages)
+    if memory is None:
+        assert claim.input is not None and claim.config is not None
+        memory = RunMemory(
+            run_id=claim.run_id,
+            input=claim.input,
+            prepared=prepare_turn(ctx.runtime, claim.config),
+            history=(),
+            last_position=-1,
+            history_digest="",
+        )
+    if loaded:
+        last_position, _, last_digest = claim.new_messages[-1]
+        memory = memory.extended(loaded, last_position, last_digest)
+    return memory
+
+
+def _fail_run(ctx: WorkerContext, claim: Claim, code: str, message: str) -> RoundDisposition:
+    next_run_id = run_store.fail_claimed_run(ctx.engine, claim.run_id, claim.fence, code, message)
+    ctx.runtime.memory.discard(claim.run_id)
+    log.warning("run_failed", error_code=code, error_message=message)
+    if next_run_id is not None:
+        dispatch_round(next_run_id, 0)
+    return RoundDisposition.RUN_FAILED
+
+
+def _record(claim: Claim, result: RoundResult) -> RoundRecord:
+    outcome = result.outcome
+    status = RunStatus.RUNNING
+    if isinstance(outcome, Finish):
+        status = RunStatus.COMPLETED
+    elif isinstance(outcome, Fail):
+        status = RunStatus.FAILED
+    return RoundRecord(
+        run_id=claim.run_id,
+        boundary_seq=claim.boundary_seq,
+        fence=claim.fence,
+        outcome=outcome.kind,
+        status=status.value,
+        terminal=status.terminal,
+        output=outcome.output if isinstance(outcome, Finish) else None,
+        error_code=outcome.error_code if isinstance(outcome, Fail) else None,
+        error_message=outcome.message if isinstance(outcome, Fail) else None,
+        system_digest=result.digests.system,
+        messages_digest=result.digests.messages,
+        tools_digest=result.digests.tools,
+        accepted_response_digest=result.digests.accepted_response,
+        messages=[
+            {"position": m.position, "body": m.message.to_json(), "chain_digest": m.chain_digest}
+            for m in result.new_messages
+        ],
+        tools=[
+            {
+                "tool_call_id": t.call.id,
+                "tool_name": t.call.name,
+                "tool_domain": t.domain.value if t.domain else None,
+                "args": t.call.args,
+                "args_digest": t.args_digest,
+                "status": t.status,
+                "result": t.result,
+                "result_digest": t.result_digest,
+            }
+            for t in result.tool_invocations
+        ],
+        events=[{"kind": e.kind, "data": e.data} for e in result.events],
+    )

@@ -1,0 +1,82 @@
+"""The Celery tasks. Thin: validate the payload, bind the log context, call
+``worker.round``, and map errors to ack / retry / fail in one table."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import structlog
+from celery import Task
+from pydantic import ValidationError
+
+from runtime.errors import ModelUnavailable
+from schema.store.errors import FenceLost
+from schema.store.tx import backoff_s
+from schema.wire import RoundTask
+from worker.app import RECONCILE_TASK, RUN_ROUND_TASK, app
+from worker.bootstrap import get_context
+from worker.logging import bind, clear
+from worker.reconcile import reconcile
+from worker.round import execute_round
+
+log = structlog.get_logger("aidawork.tasks")
+
+
+class OnError(StrEnum):
+    DROP = "drop"  # acknowledge: the message can never succeed, or another holder owns the round
+    RETRY = "retry"  # transient: send the task again after a backoff (the lease was released)
+
+
+# The one table mapping errors to what happens to the message. Anything not listed is
+# a bug or an unavailable dependency: the task fails (and is acknowledged), the lease was
+# released, and the reconciler re-sends the round; the round attempt budget bounds it.
+ERROR_DISPOSITION: dict[type[BaseException], OnError] = {
+    ValidationError: OnError.DROP,
+    FenceLost: OnError.DROP,
+    ModelUnavailable: OnError.RETRY,
+}
+
+MAX_TRANSIENT_RETRIES = 5
+
+
+def disposition_of(exc: BaseException) -> OnError | None:
+    for kind, disposition in ERROR_DISPOSITION.items():
+        if isinstance(exc, kind):
+            return disposition
+    return None
+
+
+class RunExecutionWorker(Task):  # type: ignore[misc]
+    """One execution = one ReAct round of one run (``run_id`` at ``boundary_seq``)."""
+
+    name = RUN_ROUND_TASK
+    max_retries = MAX_TRANSIENT_RETRIES
+
+    def run(self, run_id: str, boundary_seq: int) -> str:
+        clear()
+        bind(task_id=self.request.id, run_id=run_id, boundary_seq=boundary_seq)
+        try:
+            task = RoundTask(run_id=run_id, boundary_seq=boundary_seq)  # type: ignore[arg-type]
+            return execute_round(get_context(), task).value
+        except Exception as exc:
+            disposition = disposition_of(exc)
+            if disposition is OnError.DROP:
+                log.warning("round_dropped", error=type(exc).__name__, reason=str(exc))
+                return "dropped"
+            if disposition is OnError.RETRY and self.request.retries < self.max_retries:
+                countdown = 1 + backoff_s(self.request.retries + 1, base_s=1.0, cap_s=60.0)
+                log.warning("round_retried", error=type(exc).__name__, countdown_s=countdown)
+                raise self.retry(exc=exc, countdown=countdown) from exc
+            log.exception("round_crashed")
+            raise
+        finally:
+            clear()
+
+
+app.register_task(RunExecutionWorker())
+
+
+@app.task(name=RECONCILE_TASK, ignore_result=True)  # type: ignore[misc]
+def reconcile_task() -> int:
+    clear()
+    return reconcile(get_context())

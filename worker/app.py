@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+import structlog
 from celery import Celery
 
 from worker.settings import get_settings
@@ -75,3 +76,4 @@ app = create_app()
 def dispatch_round(run_id: UUID, boundary_seq: int) -> None:
     """Send the task for one round. Call only after the state it depends on committed."""
     app.send_task(RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=ROUNDS_QUEUE)
+    structlog.get_logger("aidawork.dispatch").info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq)

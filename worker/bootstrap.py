@@ -26,20 +26,23 @@ _context: WorkerContext | None = None
 _lock = threading.Lock()
 
 
+def build_context(settings: Settings) -> WorkerContext:
+    engine = make_engine(settings.database_url, pool_size=min(settings.worker_concurrency, 50) + 2)
+    return WorkerContext(
+        settings=settings,
+        engine=engine,
+        runtime=build_runtime(),
+        leases=LeaseKeeper(engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s),
+    )
+
+
 def get_context() -> WorkerContext:
+    """This process's context, built on first use from the environment."""
     global _context
     if _context is None:
         with _lock:
             if _context is None:
                 settings = get_settings()
                 configure_logging(settings.log_level)
-                engine = make_engine(settings.database_url, pool_size=min(settings.worker_concurrency, 50) + 2)
-                _context = WorkerContext(
-                    settings=settings,
-                    engine=engine,
-                    runtime=build_runtime(),
-                    leases=LeaseKeeper(
-                        engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s
-                    ),
-                )
+                _context = build_context(settings)
     return _context

@@ -17,15 +17,15 @@ from schema.store import runs as run_store
 from schema.store.runs import Submitted
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
 from worker.app import dispatch_round
-from worker.bootstrap import get_context
+from worker.bootstrap import WorkerContext, get_context
 
 log = structlog.get_logger("aidawork.client")
 
 
-def submit(request: Mapping[str, Any] | RunRequest) -> Submitted:
+def submit(request: Mapping[str, Any] | RunRequest, *, ctx: WorkerContext | None = None) -> Submitted:
     """Validate, store (one transaction), then ring the doorbell. If the broker is down,
     the run is still stored and the reconciler sends it later."""
-    ctx = get_context()
+    ctx = ctx or get_context()
     parsed, prepared = prepare_execution(ctx.runtime, request)
     submitted = run_store.submit_run(ctx.engine, parsed, prepared.turn_config.model_dump(mode="json"))
     try:
@@ -35,21 +35,28 @@ def submit(request: Mapping[str, Any] | RunRequest) -> Submitted:
     return submitted
 
 
-def status(run_id: UUID) -> RunView:
-    return run_store.get_run_view(get_context().engine, run_id)
+def status(run_id: UUID, *, ctx: WorkerContext | None = None) -> RunView:
+    return run_store.get_run_view((ctx or get_context()).engine, run_id)
 
 
-def cancel(run_id: UUID) -> bool:
-    ctx = get_context()
+def cancel(run_id: UUID, *, ctx: WorkerContext | None = None) -> bool:
+    ctx = ctx or get_context()
     cancelled, next_run_id = run_store.cancel_run(ctx.engine, run_id)
     if next_run_id is not None:
         dispatch_round(next_run_id, 0)
     return cancelled
 
 
-def events(run_id: UUID, *, after_seq: int = 0, poll_s: float = 0.2, follow: bool = True) -> Iterator[RunEvent]:
+def events(
+    run_id: UUID,
+    *,
+    after_seq: int = 0,
+    poll_s: float = 0.2,
+    follow: bool = True,
+    ctx: WorkerContext | None = None,
+) -> Iterator[RunEvent]:
     """The run's events in order from ``after_seq``; with ``follow``, until the run ends."""
-    engine = get_context().engine
+    engine = (ctx or get_context()).engine
     run_store.get_run_view(engine, run_id)  # RunNotFound early
     while True:
         batch = event_store.read_events(engine, run_id, after_seq=after_seq)
@@ -64,11 +71,13 @@ def events(run_id: UUID, *, after_seq: int = 0, poll_s: float = 0.2, follow: boo
             time.sleep(poll_s)
 
 
-def wait(run_id: UUID, *, timeout_s: float = 60.0, poll_s: float = 0.1) -> RunView:
+def wait(
+    run_id: UUID, *, timeout_s: float = 60.0, poll_s: float = 0.1, ctx: WorkerContext | None = None
+) -> RunView:
     """Poll until the run is terminal; returns its view (raises TimeoutError)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        view = status(run_id)
+        view = status(run_id, ctx=ctx)
         if view.status.terminal:
             return view
         if time.monotonic() > deadline:

@@ -109,7 +109,7 @@ def _commit_txn(conn: Connection, record: RoundRecord) -> UUID | None:
 def commit_round(engine: Engine, record: RoundRecord) -> UUID | None:
     """Commit a round under the held fence, or raise ``FenceLost`` having written
     nothing. When the run ended, returns the next queued run of its Root (to enqueue)."""
-    return run_transaction(engine, lambda conn: _commit_txn(conn, record), name="commit_round")
+    return run_transaction(engine, lambda conn: _commit_txn(conn, record), name="commit_round", single_statement=True)
 
 
 # --- the model-call ledger --------------------------------------------------------------------
@@ -154,7 +154,7 @@ def record_model_call_started(
             raise FenceLost(run_id, fence)
         return int(call_id)
 
-    return run_transaction(engine, _txn, name="model_call_started")
+    return run_transaction(engine, _txn, name="model_call_started", single_statement=True)
 
 
 def record_model_call_finished(
@@ -188,4 +188,4 @@ def record_model_call_finished(
         if result.rowcount != 1:
             raise FenceLost(run_id, fence)
 
-    run_transaction(engine, _txn, name="model_call_finished")
+    run_transaction(engine, _txn, name="model_call_finished", single_statement=True)

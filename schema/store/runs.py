@@ -104,7 +104,7 @@ def claim_round(
             new_messages=[(p, b, d) for p, b, d in row.new_messages],
         )
 
-    return run_transaction(engine, _txn, name="claim_round")
+    return run_transaction(engine, _txn, name="claim_round", single_statement=True)
 
 
 def describe_run(engine: Engine, run_id: UUID) -> dict[str, Any] | None:
@@ -219,7 +219,7 @@ def _end_run(engine: Engine, run_id: UUID, *, fence: int | None, status: RunStat
         ).one_or_none()
         return (False, None) if row is None else (True, row.next_run_id)
 
-    return run_transaction(engine, _txn, name="end_run")
+    return run_transaction(engine, _txn, name="end_run", single_statement=True)
 
 
 def fail_claimed_run(engine: Engine, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:
@@ -259,7 +259,7 @@ def release_lease(engine: Engine, run_id: UUID, fence: int) -> bool:
         )
         return result.rowcount == 1
 
-    return run_transaction(engine, _txn, name="release_lease")
+    return run_transaction(engine, _txn, name="release_lease", single_statement=True)
 
 
 def extend_leases(engine: Engine, holdings: list[tuple[UUID, int]], lease_s: float) -> set[UUID]:
@@ -280,7 +280,7 @@ def extend_leases(engine: Engine, holdings: list[tuple[UUID, int]], lease_s: flo
         )
         return {row.id for row in rows}
 
-    return run_transaction(engine, _txn, name="extend_leases")
+    return run_transaction(engine, _txn, name="extend_leases", single_statement=True)
 
 
 # --- reconcile ------------------------------------------------------------------------------
@@ -311,6 +311,7 @@ def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> lis
         engine,
         lambda conn: [(r.id, r.boundary_seq) for r in conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit})],
         name="reconcile",
+        single_statement=True,
     )
 
 

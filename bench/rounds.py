@@ -4,6 +4,7 @@ throughput figure. Prints figures; never fails on timing."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -100,7 +101,7 @@ def run_and_time(rounds: int) -> tuple[UUID, float, list[float]]:
             text("SELECT started_at, finished_at FROM runs WHERE id = :id"), {"id": run_id}).one()
         stamps = [r[0] for r in conn.execute(
             text("SELECT created_at FROM rounds WHERE run_id = :id ORDER BY boundary_seq"), {"id": run_id})]
-    gaps = [(b - a).total_seconds() * 1000 for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(stamps)]
     return run_id, (finished - started).total_seconds() * 1000 / rounds, gaps
 
 

@@ -71,9 +71,10 @@ def create_app() -> Celery:
 
 
 app = create_app()
+log = structlog.get_logger("aidawork.dispatch")
 
 
 def dispatch_round(run_id: UUID, boundary_seq: int) -> None:
     """Send the task for one round. Call only after the state it depends on committed."""
     app.send_task(RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=ROUNDS_QUEUE)
-    structlog.get_logger("aidawork.dispatch").info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq)
+    log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq)

@@ -56,7 +56,7 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
         clear()
         bind(task_id=self.request.id, run_id=run_id, boundary_seq=boundary_seq)
         try:
-            task = RoundTask(run_id=run_id, boundary_seq=boundary_seq)  # type: ignore[arg-type]
+            task = RoundTask.model_validate({"run_id": run_id, "boundary_seq": boundary_seq})
             return execute_round(get_context(), task).value
         except Exception as exc:
             disposition = disposition_of(exc)
@@ -76,7 +76,7 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
 app.register_task(RunExecutionWorker())
 
 
-@app.task(name=RECONCILE_TASK, ignore_result=True)  # type: ignore[misc]
+@app.task(name=RECONCILE_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
 def reconcile_task() -> int:
     clear()
     return reconcile(get_context())

@@ -145,15 +145,16 @@ def submit_run(engine: Engine, request: RunRequest, config: dict[str, Any]) -> S
         else:
             root_id = request.root_id
             # Locks the Root row, so concurrent submits to one Root get distinct seqs in order.
-            root_seq = conn.execute(
+            seq = conn.execute(
                 text(
                     "UPDATE roots SET next_run_seq = next_run_seq + 1 WHERE id = :id AND owner = :owner "
                     "RETURNING next_run_seq - 1"
                 ),
                 {"id": root_id, "owner": request.owner},
             ).scalar_one_or_none()
-            if root_seq is None:
+            if seq is None:
                 raise RootNotFound(root_id, request.owner)
+            root_seq = int(seq)
         conn.execute(
             text(
                 "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq) "
@@ -307,12 +308,12 @@ def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> lis
     """Runs that should be executing but have no live task: their lease expired (a
     crashed or paused worker) or their last task was sent more than ``grace_s`` ago and
     never claimed (a lost message). Marks them dispatched now; the caller sends tasks."""
-    return run_transaction(
-        engine,
-        lambda conn: [(r.id, r.boundary_seq) for r in conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit})],
-        name="reconcile",
-        single_statement=True,
-    )
+
+    def _txn(conn: Connection) -> list[tuple[UUID, int]]:
+        result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit})
+        return [(r.id, r.boundary_seq) for r in result]
+
+    return run_transaction(engine, _txn, name="reconcile", single_statement=True)
 
 
 # --- reading --------------------------------------------------------------------------------

@@ -38,8 +38,14 @@ def example_request() -> dict[str, Any]:
     return copy.deepcopy(EXAMPLE_REQUEST)
 
 
-def scripted(turns: list[dict[str, Any]], *, tools: Sequence[str] = ("add", "echo"), max_rounds: int = 20,
-             text: str = "go", system_prompt: str = "test") -> dict[str, Any]:
+def scripted(
+    turns: list[dict[str, Any]],
+    *,
+    tools: Sequence[str] = ("add", "echo"),
+    max_rounds: int = 20,
+    text: str = "go",
+    system_prompt: str = "test",
+) -> dict[str, Any]:
     return {
         "owner": "team-test",
         "root_id": None,

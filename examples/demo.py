@@ -1,0 +1,130 @@
+"""make demo: migrate, start two workers and beat, submit scripted runs, and show them
+finishing round by round; then stop the workers. Exits non-zero if a run ends
+differently than expected."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+os.environ.setdefault("AIDAWORK_LOG_LEVEL", "WARNING")
+sys.path.insert(0, str(REPO))
+
+from runtime.errors import RequestInvalid  # noqa: E402
+from schema.wire import TERMINAL_EVENTS, RunEvent  # noqa: E402
+from worker import client  # noqa: E402
+from worker.cli import format_event  # noqa: E402
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def aidawork(*args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+    out = log.open("ab") if log else None
+    return subprocess.Popen([sys.executable, "-m", "worker.cli", *args], cwd=REPO, stdout=out,
+                            stderr=subprocess.STDOUT if out else None, start_new_session=True)
+
+
+def follow_all(runs: dict[str, Any], timeout_s: float = 120) -> None:
+    """Print the events of all runs as they are committed, merged by time."""
+    seen = dict.fromkeys(runs, 0)
+    open_runs = set(runs)
+    deadline = time.monotonic() + timeout_s
+    while open_runs and time.monotonic() < deadline:
+        batch: list[tuple[str, RunEvent]] = []
+        for label in list(open_runs):
+            for event in client.events(runs[label], after_seq=seen[label], follow=False):
+                batch.append((label, event))
+                seen[label] = event.seq
+                if event.kind in TERMINAL_EVENTS:
+                    open_runs.discard(label)
+        for label, event in sorted(batch, key=lambda item: item[1].created_at):
+            say(f"  [{label:<10}] {format_event(event)}")
+        time.sleep(0.05)
+
+
+# A second turn in the same conversation: it starts only after the first run ended,
+# and its model sees the first run's messages.
+FOLLOW_UP: dict[str, Any] = {
+    "owner": "team-a",
+    "input": "And now 4 + 5?",
+    "config": {
+        "model": {"provider": "scripted", "turns": [
+            {"tool_calls": [{"name": "add", "args": {"a": 4, "b": 5}}]}, {"content": "9"}]},
+        "tools": ["add"],
+    },
+}
+
+
+def load(name: str, **changes: Any) -> dict[str, Any]:
+    request: dict[str, Any] = json.loads((HERE / name).read_text())
+    request.update(changes)
+    return request
+
+
+def main() -> int:
+    say("== migrate")
+    if subprocess.run([sys.executable, "-m", "worker.cli", "migrate"], cwd=REPO).returncode != 0:
+        return 1
+    logs = Path(tempfile.mkdtemp(prefix="aidawork-demo-"))
+    say(f"== start two workers and beat (logs in {logs})")
+    procs = [aidawork("worker", "--concurrency", "8", log=logs / f"worker{i}.log") for i in (1, 2)]
+    procs.append(aidawork("beat", log=logs / "beat.log"))
+    try:
+        return run_demo()
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        say("== workers stopped")
+
+
+def run_demo() -> int:
+    say("== a request with a wrong argument type is refused before anything is stored")
+    try:
+        client.submit(load("invalid.json"))
+        say("   !! it was accepted")
+        return 1
+    except RequestInvalid as exc:
+        say(f"   refused: {exc.message}")
+
+    say("== submit four runs; two of them share one conversation Root and run in order")
+    first = client.submit(load("add.json"))
+    runs = {
+        "add": (first.run_id, "completed"),
+        "follow-up": (client.submit(FOLLOW_UP | {"root_id": str(first.root_id)}).run_id, "completed"),
+        "research": (client.submit(load("research.json")).run_id, "completed"),
+        "runaway": (client.submit(load("runaway.json")).run_id, "failed"),
+    }
+    follow_all({label: run_id for label, (run_id, _) in runs.items()})
+
+    say("== final status")
+    ok = True
+    for label, (run_id, expected) in runs.items():
+        view = client.status(run_id)
+        say(f"   {label:<10} {view.status:<10} rounds={view.rounds} model_calls={view.model_calls} "
+            f"output={view.output!r} error={view.error_code}")
+        ok &= view.status == expected
+    say(f"== try it yourself: aidawork status {runs['research'][0]} --json")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    code = main()
+    say(f"== demo {'finished' if code == 0 else 'FAILED'} in {time.monotonic() - started:.1f}s")
+    sys.exit(code)

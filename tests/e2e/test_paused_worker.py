@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import signal
+from datetime import datetime
+
+from tests.conftest import Cluster, rows, scripted_request, wait_until
+from tests.e2e.helpers import (
+    calls_per_boundary,
+    events,
+    round_rows,
+    run_row,
+    wait_exit,
+    wait_model_call_succeeded,
+    wait_terminal,
+)
+from worker import client
+
+SLEEP_S = 2
+SCRIPT = [
+    {"tool_calls": [{"name": "sleep", "args": {"seconds": SLEEP_S}}]},
+    {"content": "once"},
+]
+
+
+def _ts(line: dict) -> datetime:
+    return datetime.fromisoformat(line["timestamp"])
+
+
+def test_worker_paused_past_its_lease_cannot_commit_after_another_took_over(cluster: Cluster, ctx) -> None:
+    # The paused worker runs one thread: while stopped it holds round 0's message and so
+    # reserves nothing else (a stopped consumer would otherwise swallow the re-sent task).
+    cluster.start_worker("paused", concurrency=1)
+    cluster.start_beat()
+    submitted = client.submit(scripted_request(SCRIPT), ctx=ctx)
+    run_id = submitted.run_id
+
+    stale_call = wait_model_call_succeeded(ctx.engine, run_id, 0)  # now inside the sleep tool
+    cluster.signal("paused", signal.SIGSTOP)
+    stale_fence = stale_call["claim_fence"]
+    assert [e["claim_fence"] for e in events(cluster, "paused", "round_claimed", run_id=run_id)] == [stale_fence]
+
+    # Another worker takes the run over once the paused worker's lease has expired.
+    cluster.start_worker("other")
+    takeover = wait_until(
+        lambda: events(cluster, "other", "round_claimed", run_id=run_id, boundary_seq=0),
+        what="the other worker to claim round 0",
+    )[0]
+    assert takeover["claim_fence"] > stale_fence
+    assert run_row(ctx.engine, run_id)["claim_fence"] >= takeover["claim_fence"]
+    assert run_row(ctx.engine, run_id)["boundary_seq"] == 0, "round 0 committed while its holder was paused"
+
+    resumed_at_lines = len(cluster.logs("paused"))
+    cluster.signal("paused", signal.SIGCONT)
+    # Its sleep is long over: it tries to commit round 0 under its stale fence and is refused.
+    dropped = wait_until(
+        lambda: events(cluster, "paused", "round_dropped", run_id=run_id, boundary_seq=0),
+        what="the resumed worker to drop its stale round",
+    )
+    assert [(d["error"], d["claim_fence"]) for d in dropped] == [("FenceLost", stale_fence)]
+    # Stop it now (warm shutdown) so that it cannot take round 1 legitimately: every round
+    # must then be the other worker's.
+    cluster.signal("paused", signal.SIGTERM)
+    assert wait_exit(cluster, "paused") == 0
+
+    run = wait_terminal(ctx.engine, run_id)
+    assert run["status"] == "completed", run
+    assert run["output"] == "once"
+
+    # The paused worker's writes did not land: every round is under the other worker's claims.
+    rounds = round_rows(ctx.engine, run_id)
+    assert [r["boundary_seq"] for r in rounds] == [0, 1]
+    other_fences = {e["claim_fence"] for e in events(cluster, "other", "round_claimed", run_id=run_id)}
+    assert {r["claim_fence"] for r in rounds} <= other_fences
+    assert rounds[0]["claim_fence"] == takeover["claim_fence"]
+    assert stale_fence not in {r["claim_fence"] for r in rounds}
+    tools = rows(ctx.engine, "SELECT claim_fence FROM tool_invocations WHERE run_id = :id", id=run_id)
+    assert [t["claim_fence"] for t in tools] == [takeover["claim_fence"]]
+    assert rows(ctx.engine, "SELECT count(*) AS n FROM messages WHERE run_id = :id", id=run_id)[0]["n"] == 4
+
+    # Its log after the resume: the refused commit, and nothing committed or sent.
+    after_resume = [line for line in cluster.logs("paused")[resumed_at_lines:] if line.get("run_id") == str(run_id)]
+    kinds = [line["event"] for line in after_resume]
+    assert "round_dropped" in kinds
+    assert "round_committed" not in kinds
+    assert "round_enqueued" not in kinds
+    assert not events(cluster, "paused", "round_committed")
+    assert not events(cluster, "paused", "round_enqueued")
+    # Its own fence is the only one it ever held; the ledger has its call and the other's.
+    assert calls_per_boundary(ctx.engine, run_id) == {0: 2, 1: 1}
+    assert _ts(dropped[0]) > _ts(takeover)

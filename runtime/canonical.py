@@ -1,14 +1,18 @@
 """Canonical JSON and the one digest function every proof and fingerprint uses.
 
 Canonical form: keys sorted, no insignificant whitespace, UTF-8 (not ASCII-escaped),
-integral floats written as integers (``2.0`` -> ``2``) so that a value does not change
-digest when it crosses a JSON encoder that formats numbers differently.
+integral floats written as integers (``2.0`` -> ``2``, for magnitudes below 2**53, where
+the conversion is exact) so that a value does not change digest when it crosses a JSON
+encoder that formats numbers differently. NaN, infinities and unpaired surrogates have
+no JSON form: encoding them raises ``ValueError`` (``UnicodeEncodeError`` is one), and
+``non_json_path`` names where such a value sits.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 JSON = Any  # a value made of dict / list / str / int / float / bool / None
@@ -22,6 +26,30 @@ def _normalize(value: JSON) -> JSON:
     if isinstance(value, (list, tuple)):
         return [_normalize(v) for v in value]
     return value
+
+
+def non_json_path(value: JSON, path: str = "") -> str | None:
+    """The path (``a.b[2]``) of the first value with no canonical JSON form, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = non_json_path(str(key), path) or non_json_path(item, f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = non_json_path(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def canonical_json(value: JSON) -> str:

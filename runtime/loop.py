@@ -44,6 +44,7 @@ class Fail:
 RoundOutcome = Continue | Finish | Fail
 
 MAX_ROUNDS_EXCEEDED = "MAX_ROUNDS_EXCEEDED"
+MODEL_RESPONSE_INVALID = "MODEL_RESPONSE_INVALID"
 
 
 # --- what a round produces --------------------------------------------------------------
@@ -184,12 +185,17 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
             raise
         return _result(deps, state, new, Fail(exc.code, exc.message), (), [], messages_digest, None)
     hooks.model_call_finished(response, None)
+    try:
+        response_digest = response.digest()
+    except ValueError as exc:
+        fail = Fail(MODEL_RESPONSE_INVALID, f"the model's response has a value with no JSON form: {exc}")
+        return _result(deps, state, new, fail, (), [], messages_digest, None)
 
     new.append(response.as_message())
     events = [RoundEvent("model_responded", {"boundary_seq": state.boundary_seq, **response.to_json()})]
     if not response.tool_calls:
         outcome: RoundOutcome = Finish(output=response.content or "")
-        return _result(deps, state, new, outcome, (), events, messages_digest, response.digest())
+        return _result(deps, state, new, outcome, (), events, messages_digest, response_digest)
 
     invocations = []
     for call in response.tool_calls:
@@ -208,7 +214,7 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
             MAX_ROUNDS_EXCEEDED,
             f"the run reached its limit of {deps.policy.max_rounds} rounds without a final answer",
         )
-    return _result(deps, state, new, outcome, tuple(invocations), events, messages_digest, response.digest())
+    return _result(deps, state, new, outcome, tuple(invocations), events, messages_digest, response_digest)
 
 
 def _run_tool(deps: OrchestratorDeps, call: ToolCall) -> ToolInvocation:
@@ -220,13 +226,19 @@ def _run_tool(deps: OrchestratorDeps, call: ToolCall) -> ToolInvocation:
     else:
         status, result = tool.run(call.args)
         domain = tool.domain
+    try:
+        result_digest = digest(result)
+    except ValueError as exc:  # NaN, Infinity, an unpaired surrogate, or not JSON at all
+        status = "failed"
+        result = {"error": {"code": "TOOL_RESULT_INVALID", "message": f"the tool's result has no JSON form: {exc}"}}
+        result_digest = digest(result)
     return ToolInvocation(
         call=call,
         domain=domain,
         status=status,
         result=result,
         args_digest=digest(call.args),
-        result_digest=digest(result),
+        result_digest=result_digest,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from runtime.canonical import non_json_path
 from runtime.config import ScriptedModelConfig, TurnConfig
 from runtime.deps import OrchestratorDeps, Runtime, compose_deps
 from runtime.errors import RequestInvalid
@@ -42,7 +43,7 @@ def invalid_from(exc: ValidationError, prefix: str = "") -> RequestInvalid:
     """The first error of a pydantic ``ValidationError`` as a ``RequestInvalid``."""
     err = exc.errors()[0]
     loc = list(err["loc"])
-    if err["type"] == "union_tag_invalid":
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         loc.append("provider")
     # A discriminated union puts the tag in the path (model.scripted.turns); drop it.
     if len(loc) >= 2 and loc[0] == "model" and loc[1] == "scripted":
@@ -92,6 +93,11 @@ def _check_script(runtime: Runtime, turn_config: TurnConfig) -> None:
 
 
 def parse_request(raw: Mapping[str, Any] | RunRequest) -> RunRequest:
+    # NaN, Infinity (json.loads accepts both) and unpaired surrogates cannot be stored,
+    # digested or sent to a model: refuse them here, naming where they are.
+    bad = non_json_path(raw.model_dump() if isinstance(raw, RunRequest) else dict(raw))
+    if bad is not None:
+        raise RequestInvalid(bad, "not representable in JSON (NaN, Infinity or an unpaired surrogate)")
     if isinstance(raw, RunRequest):
         return raw
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "AIDAWORK_"
@@ -39,12 +39,13 @@ class Settings(BaseSettings):
     # Test-only crash injection: comma-separated names from FAILPOINTS. Empty in production.
     failpoints: str = ""
 
-    @model_validator(mode="after")
-    def _known_failpoints(self) -> Settings:
-        unknown = self.failpoint_set - FAILPOINTS
+    @field_validator("failpoints")
+    @classmethod
+    def _known_failpoints(cls, value: str) -> str:
+        unknown = {p.strip() for p in value.split(",") if p.strip()} - FAILPOINTS
         if unknown:
             raise ValueError(f"unknown failpoints {sorted(unknown)} (known: {sorted(FAILPOINTS)})")
-        return self
+        return value
 
     @property
     def failpoint_set(self) -> frozenset[str]:

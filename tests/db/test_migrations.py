@@ -10,5 +10,6 @@ from schema.tables import metadata
 def test_upgrade_head_equals_tables_py(engine: Engine) -> None:
     # The per-test database is a copy of a template built by `alembic upgrade head`.
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True}), metadata)
+        context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
+        diff = compare_metadata(context, metadata)
     assert diff == []

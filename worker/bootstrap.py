@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+import structlog
 from sqlalchemy import Engine
 
 from runtime.deps import Runtime, build_runtime
@@ -43,6 +44,7 @@ def get_context() -> WorkerContext:
         with _lock:
             if _context is None:
                 settings = get_settings()
-                configure_logging(settings.log_level)
+                if not structlog.is_configured():  # the CLI configures its own, quieter
+                    configure_logging(settings.log_level)
                 _context = build_context(settings)
     return _context

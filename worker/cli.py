@@ -13,12 +13,16 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from sqlalchemy.exc import OperationalError
+
 from runtime.errors import AidaworkError, RequestInvalid
 from schema.store.errors import RootNotFound, RunNotFound
 from schema.wire import RunEvent
+from worker.logging import configure_logging
 from worker.settings import SettingsError, get_settings
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
+CLIENT_COMMANDS = frozenset({"submit", "status", "watch", "cancel"})
 
 
 def _err(message: str, code: int) -> int:
@@ -188,7 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        get_settings()
+        settings = get_settings()
+        if args.command in CLIENT_COMMANDS:
+            # Client commands print results on stdout; only warnings go to stderr.
+            configure_logging("WARNING")
+        else:
+            configure_logging(settings.log_level)
         return int(args.fn(args))
     except SettingsError as exc:
         return _err(str(exc), EXIT_INPUT)
@@ -196,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _err(exc.message, EXIT_INPUT)
     except AidaworkError as exc:
         return _err(f"{exc.code}: {exc.message}", EXIT_ERROR)
+    except OperationalError as exc:
+        return _err(f"cannot reach the database (AIDAWORK_DATABASE_URL): {exc.orig}", EXIT_ERROR)
     except KeyboardInterrupt:
         return 130
 

@@ -36,7 +36,7 @@ def wait_ready(cluster: Cluster, *names: str, timeout_s: float = WAIT_S) -> None
         proc = cluster.procs[name]
         node = f"aidawork-{proc.pid}@{host}"
 
-        def answered(proc: Any = proc, node: str = node) -> bool:
+        def answered(proc: Any = proc, node: str = node, name: str = name) -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"worker {name} exited with {proc.returncode} while starting")
             replies = app.control.ping(destination=[node], timeout=0.5, limit=1)
@@ -74,8 +74,9 @@ def calls_per_boundary(engine: Engine, run_id: UUID) -> dict[int, int]:
     return out
 
 
-def wait_model_call_succeeded(engine: Engine, run_id: UUID, boundary_seq: int,
-                              *, timeout_s: float = WAIT_S) -> dict[str, Any]:
+def wait_model_call_succeeded(
+    engine: Engine, run_id: UUID, boundary_seq: int, *, timeout_s: float = WAIT_S
+) -> dict[str, Any]:
     """Wait until the ledger says the model call of this round returned (the round is now
     in its tools)."""
 
@@ -83,12 +84,17 @@ def wait_model_call_succeeded(engine: Engine, run_id: UUID, boundary_seq: int,
         found = rows(
             engine,
             "SELECT * FROM model_calls WHERE run_id = :id AND boundary_seq = :b AND status = 'succeeded'",
-            id=run_id, b=boundary_seq,
+            id=run_id,
+            b=boundary_seq,
         )
         return found[0] if found else None
 
-    return wait_until(done, timeout_s=timeout_s, interval_s=0.02,  # type: ignore[no-any-return]
-                      what=f"the model call of round {boundary_seq} to succeed")
+    return wait_until(
+        done,
+        timeout_s=timeout_s,
+        interval_s=0.02,  # type: ignore[no-any-return]
+        what=f"the model call of round {boundary_seq} to succeed",
+    )
 
 
 def wait_exit(cluster: Cluster, name: str, *, timeout_s: float = WAIT_S) -> int:

@@ -48,9 +48,7 @@ def test_five_round_run_executes_one_task_per_round_across_two_workers(cluster: 
     assert run["boundary_seq"] == 5
 
     # Each round is its own task: five commits, five distinct task ids, both workers used.
-    commits = {
-        name: events(cluster, name, "round_committed", run_id=submitted.run_id) for name in ("w1", "w2")
-    }
+    commits = {name: events(cluster, name, "round_committed", run_id=submitted.run_id) for name in ("w1", "w2")}
     all_commits = commits["w1"] + commits["w2"]
     assert sorted(c["boundary_seq"] for c in all_commits) == [0, 1, 2, 3, 4]
     assert len({c["task_id"] for c in all_commits}) == 5
@@ -77,10 +75,16 @@ def test_five_round_run_executes_one_task_per_round_across_two_workers(cluster: 
     assert [m["role"] for m in messages] == [m["body"]["role"] for m in messages]
 
     # One ledger row and one set of tool invocations per round.
-    calls = rows(ctx.engine, "SELECT boundary_seq, status FROM model_calls WHERE run_id = :id ORDER BY boundary_seq",
-                 id=submitted.run_id)
+    calls = rows(
+        ctx.engine,
+        "SELECT boundary_seq, status FROM model_calls WHERE run_id = :id ORDER BY boundary_seq",
+        id=submitted.run_id,
+    )
     assert calls == [{"boundary_seq": b, "status": "succeeded"} for b in range(5)]
-    tools = rows(ctx.engine, "SELECT tool_call_id, status FROM tool_invocations WHERE run_id = :id "
-                 "ORDER BY boundary_seq, tool_call_id", id=submitted.run_id)
+    tools = rows(
+        ctx.engine,
+        "SELECT tool_call_id, status FROM tool_invocations WHERE run_id = :id ORDER BY boundary_seq, tool_call_id",
+        id=submitted.run_id,
+    )
     assert [t["tool_call_id"] for t in tools] == ["call_0_0", "call_1_0", "call_2_0", "call_2_1", "call_3_0"]
     assert {t["status"] for t in tools} == {"completed"}

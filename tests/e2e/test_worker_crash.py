@@ -22,11 +22,11 @@ SCRIPT = [
 ]
 
 
-def holder_of(cluster: Cluster, names: tuple[str, ...], run_id, boundary_seq: int) -> str:
-    """The worker whose log says it claimed this round."""
+def holder_of(cluster: Cluster, names: tuple[str, ...], run_id, boundary_seq: int) -> str | None:
+    """The worker whose log says it claimed this round (None while no log says so)."""
     holders = [n for n in names if events(cluster, n, "round_claimed", run_id=run_id, boundary_seq=boundary_seq)]
-    assert len(holders) == 1, f"round {boundary_seq} claimed by {holders}"
-    return holders[0]
+    assert len(holders) <= 1, f"round {boundary_seq} claimed by {holders}"
+    return holders[0] if holders else None
 
 
 def test_worker_killed_mid_round_run_completes_on_another_worker(cluster: Cluster, ctx) -> None:
@@ -63,15 +63,20 @@ def test_worker_killed_mid_round_run_completes_on_another_worker(cluster: Cluste
     assert [e["attempt"] for e in retaken] == [2]
     assert calls_per_boundary(ctx.engine, run_id) == {0: 2, 1: 1, 2: 1}
     assert [(c["boundary_seq"], c["attempt"], c["status"]) for c in model_calls(ctx.engine, run_id)] == [
-        (0, 1, "succeeded"), (0, 2, "succeeded"), (1, 1, "succeeded"), (2, 1, "succeeded"),
+        (0, 1, "succeeded"),
+        (0, 2, "succeeded"),
+        (1, 1, "succeeded"),
+        (2, 1, "succeeded"),
     ]
     # The transcript has the sleep round once: user, call, result, call, result, answer.
-    messages = rows(ctx.engine, "SELECT position, role FROM messages WHERE run_id = :id ORDER BY position",
-                    id=run_id)
+    messages = rows(ctx.engine, "SELECT position, role FROM messages WHERE run_id = :id ORDER BY position", id=run_id)
     assert [(m["position"], m["role"]) for m in messages] == list(
         enumerate(["user", "assistant", "tool", "assistant", "tool", "assistant"])
     )
-    tools = rows(ctx.engine, "SELECT tool_call_id, claim_fence FROM tool_invocations WHERE run_id = :id "
-                 "ORDER BY boundary_seq", id=run_id)
+    tools = rows(
+        ctx.engine,
+        "SELECT tool_call_id, claim_fence FROM tool_invocations WHERE run_id = :id ORDER BY boundary_seq",
+        id=run_id,
+    )
     assert [t["tool_call_id"] for t in tools] == ["call_0_0", "call_1_0"]
     assert tools[0]["claim_fence"] == rounds[0]["claim_fence"]

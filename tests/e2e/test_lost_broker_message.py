@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import redis
+
+from tests.conftest import BROKER_URL, Cluster, scripted_request
+from tests.e2e.helpers import events, round_rows, run_row, wait_terminal
+from worker import client
+from worker.app import ROUNDS_QUEUE
+
+
+def test_run_whose_task_was_lost_in_the_broker_is_resent_and_completes(cluster: Cluster, ctx) -> None:
+    broker = redis.Redis.from_url(BROKER_URL)
+    submitted = client.submit(
+        scripted_request([{"tool_calls": [{"name": "add", "args": {"a": 1, "b": 2}}]}, {"content": "3"}]), ctx=ctx
+    )
+    assert broker.llen(ROUNDS_QUEUE) == 1  # the doorbell rang, nobody is listening
+    broker.flushdb()  # ... and the message is gone
+    assert broker.llen(ROUNDS_QUEUE) == 0
+    assert run_row(ctx.engine, submitted.run_id)["status"] == "queued"
+
+    cluster.start_worker("w1")
+    cluster.start_beat()
+    run = wait_terminal(ctx.engine, submitted.run_id)
+    assert run["status"] == "completed", run
+    assert run["output"] == "3"
+    assert [r["boundary_seq"] for r in round_rows(ctx.engine, submitted.run_id)] == [0, 1]
+
+    # Round 0 ran because the reconciler sent it again.
+    resent = events(cluster, "w1", "run_redispatched", run_id=submitted.run_id, boundary_seq=0)
+    assert resent, "no run_redispatched for round 0 in the worker log"
+    claims = events(cluster, "w1", "round_claimed", run_id=submitted.run_id, boundary_seq=0)
+    assert len(claims) == 1
+    assert claims[0]["timestamp"] > resent[0]["timestamp"]

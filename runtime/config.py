@@ -15,11 +15,24 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+REPEATED_TOOL_CALL_LIMIT = 3
+MAX_TOOL_OUTPUT_BYTES = 16_384
+
+
 class Policy(_Frozen):
-    """Per-run limits. ``max_rounds`` bounds the ReAct loop: the run fails with
-    ``MAX_ROUNDS_EXCEEDED`` instead of calling the model a ``max_rounds + 1``-th time."""
+    """Per-run limits.
+
+    - ``max_rounds``: model calls in the run; a run still calling tools after that fails
+      with ``MAX_ROUNDS_EXCEEDED``.
+    - ``repeated_tool_call_limit``: that many consecutive, fully identical tool rounds
+      (same tools, args and results) end the run with ``REPEATED_IDENTICAL_TOOL_CALL``.
+    - ``max_tool_output_bytes``: a tool output longer than this (UTF-8 bytes of its JSON)
+      is truncated in the model's context only; storage and events keep all of it.
+    """
 
     max_rounds: int = Field(default=20, ge=1, le=10_000)
+    repeated_tool_call_limit: int = Field(default=REPEATED_TOOL_CALL_LIMIT, ge=2, le=1_000)
+    max_tool_output_bytes: int = Field(default=MAX_TOOL_OUTPUT_BYTES, ge=256, le=10_000_000)
 
 
 class ScriptedToolCall(_Frozen):

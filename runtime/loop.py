@@ -9,11 +9,13 @@ the caller persists the result in one transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 from uuid import UUID
 
+from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL, CountedCall, RepeatedToolCallBreaker
 from runtime.canonical import JSON, chain_digest, digest
+from runtime.context import slim_tool_results_for_next_round
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError
 from runtime.messages import Message, ToolCall, tool_message, user_message
@@ -52,8 +54,12 @@ MODEL_RESPONSE_INVALID = "MODEL_RESPONSE_INVALID"
 
 @dataclass(frozen=True)
 class StoredMessage:
+    """A new message: ``message`` is stored in full; ``context`` is its context form
+    (what later model calls see); ``chain_digest`` chains the context forms."""
+
     position: int
     message: Message
+    context: Message
     chain_digest: str
 
 
@@ -89,12 +95,15 @@ class RoundResult:
     tool_invocations: tuple[ToolInvocation, ...]
     events: tuple[RoundEvent, ...]
     digests: RoundDigests
+    # The repeated-call breaker's state after this round (stored with the round).
+    tool_fingerprint: str | None = None
+    repeat_count: int = 0
 
 
 @dataclass(frozen=True)
 class RunState:
-    """What a round needs to know about its run: the Root's history so far (as loaded
-    or cached), and where this run stands."""
+    """What a round needs to know about its run: the Root's history so far in context
+    form (as loaded or cached), and where this run stands."""
 
     input: str
     boundary_seq: int = 0
@@ -102,6 +111,9 @@ class RunState:
     history_digest: str = ""
     last_position: int = -1
     run_id: UUID | None = None
+    # The previous round's breaker state, from the stored rounds.
+    previous_fingerprint: str | None = None
+    previous_repeat_count: int = 0
 
     @classmethod
     def start(cls, text: str) -> RunState:
@@ -113,10 +125,12 @@ class RunState:
         return RunState(
             input=self.input,
             boundary_seq=self.boundary_seq + 1,
-            history=self.history + tuple(m.message for m in new),
+            history=self.history + tuple(m.context for m in new),
             history_digest=new[-1].chain_digest if new else self.history_digest,
             last_position=new[-1].position if new else self.last_position,
             run_id=self.run_id,
+            previous_fingerprint=result.tool_fingerprint,
+            previous_repeat_count=result.repeat_count,
         )
 
 
@@ -139,19 +153,22 @@ class NoHooks:
 
 @dataclass
 class _Appender:
-    """New messages of this round, each with its Root position and chain digest."""
+    """New messages of this round, each with its Root position, context form and chain
+    digest."""
 
     position: int
     digest: str
+    max_output_bytes: int
     stored: list[StoredMessage] = field(default_factory=list)
 
     def append(self, message: Message) -> None:
+        context = slim_tool_results_for_next_round(message, self.max_output_bytes)
         self.position += 1
-        self.digest = chain_digest(self.digest, message.to_json())
-        self.stored.append(StoredMessage(self.position, message, self.digest))
+        self.digest = chain_digest(self.digest, context.to_json())
+        self.stored.append(StoredMessage(self.position, message, context, self.digest))
 
-    def messages(self) -> tuple[Message, ...]:
-        return tuple(s.message for s in self.stored)
+    def context(self) -> tuple[Message, ...]:
+        return tuple(s.context for s in self.stored)
 
 
 def request_digest(deps: OrchestratorDeps, messages_digest: str) -> str:
@@ -165,13 +182,13 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     and may be tried again. Every other model error ends the run with its code.
     """
     hooks = hooks or NoHooks()
-    new = _Appender(position=state.last_position, digest=state.history_digest)
+    new = _Appender(state.last_position, state.history_digest, deps.policy.max_tool_output_bytes)
     if state.boundary_seq == 0:
         new.append(user_message(state.input))
     messages_digest = new.digest
     request = ModelRequest(
         system=deps.system_prompt,
-        messages=state.history + new.messages(),
+        messages=state.history + new.context(),
         tools=deps.tool_specs,
         messages_digest=messages_digest,
         round_index=state.boundary_seq,
@@ -194,8 +211,8 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     new.append(response.as_message())
     events = [RoundEvent("model_responded", {"boundary_seq": state.boundary_seq, **response.to_json()})]
     if not response.tool_calls:
-        outcome: RoundOutcome = Finish(output=response.content or "")
-        return _result(deps, state, new, outcome, (), events, messages_digest, response_digest)
+        finish = Finish(output=response.content or "")
+        return _result(deps, state, new, finish, (), events, messages_digest, response_digest)
 
     invocations = []
     for call in response.tool_calls:
@@ -208,13 +225,24 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
                 {"tool_call_id": call.id, "name": call.name, "status": invocation.status, "result": invocation.result},
             )
         )
-    outcome = Continue()
-    if state.boundary_seq + 1 >= deps.policy.max_rounds:
+    verdict = RepeatedToolCallBreaker(deps.policy.repeated_tool_call_limit).judge(
+        [CountedCall(i.call.name, i.call.args, i.result, i.domain, i.status) for i in invocations],
+        state.previous_fingerprint,
+        state.previous_repeat_count,
+    )
+    outcome: RoundOutcome = Continue()
+    if verdict.tripped:
+        assert verdict.message is not None
+        names = sorted({i.call.name for i in invocations})
+        events.append(RoundEvent("breaker_tripped", {"tools": names, "repeat_count": verdict.repeat_count}))
+        outcome = Fail(REPEATED_IDENTICAL_TOOL_CALL, verdict.message)
+    elif state.boundary_seq + 1 >= deps.policy.max_rounds:
         outcome = Fail(
             MAX_ROUNDS_EXCEEDED,
             f"the run reached its limit of {deps.policy.max_rounds} rounds without a final answer",
         )
-    return _result(deps, state, new, outcome, tuple(invocations), events, messages_digest, response_digest)
+    result = _result(deps, state, new, outcome, tuple(invocations), events, messages_digest, response_digest)
+    return replace(result, tool_fingerprint=verdict.fingerprint, repeat_count=verdict.repeat_count)
 
 
 def _run_tool(deps: OrchestratorDeps, call: ToolCall) -> ToolInvocation:

@@ -104,6 +104,16 @@ class SleepArgs(_Strict):
     seconds: float = Field(ge=0, le=3600)
 
 
+class TextBlobArgs(_Strict):
+    size_bytes: int = Field(ge=0, le=8_000_000)
+    char: str = Field(default="x", min_length=1, max_length=1)
+
+
+def _text_blob(args: TextBlobArgs) -> JSON:
+    """Text of about ``size_bytes`` UTF-8 bytes (whole characters; ``char`` may be multi-byte)."""
+    return {"text": args.char * (args.size_bytes // len(args.char.encode()))}
+
+
 def _echo(args: EchoArgs) -> JSON:
     return args.model_dump()
 
@@ -121,6 +131,10 @@ BUILTIN_TOOLS = (
     Tool("echo", "Return the arguments unchanged.", EchoArgs, ToolDomain.SDK, _echo),
     Tool("add", "Add two numbers a and b.", AddArgs, ToolDomain.SDK, _add),
     Tool("sleep", "Sleep for `seconds` seconds, then return.", SleepArgs, ToolDomain.SDK, _sleep),
+    Tool("text_blob", "Return a text of `size_bytes` bytes made of `char`.", TextBlobArgs, ToolDomain.SDK, _text_blob),
+    # Stands for a tool that runs on the end user's machine (domain `local`) and answers
+    # at once; such tools have their own failure budget and never trip the breaker.
+    Tool("local_echo", "Return the arguments, from the user's machine.", EchoArgs, ToolDomain.LOCAL, _echo),
 )
 
 

@@ -119,6 +119,10 @@ rounds = Table(
     Column("messages_digest", Text, nullable=False),
     Column("tools_digest", Text, nullable=False),
     Column("accepted_response_digest", Text),
+    # The repeated-call breaker's state after this round: the tool round's fingerprint
+    # (NULL when the round does not count) and the consecutive identical rounds so far.
+    Column("tool_fingerprint", Text),
+    Column("repeat_count", Integer, nullable=False, server_default=text("0")),
     _now(),
     CheckConstraint(_in("outcome", ROUND_OUTCOMES), name="outcome"),
 )

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 import structlog
 
+from runtime.context import context_chain, slim_tool_results_for_next_round
 from runtime.errors import ModelError, RequestInvalid
 from runtime.loop import Continue, Fail, Finish, RoundResult, RunState, drive_react_loop
 from runtime.memory import RunMemory
@@ -112,6 +113,8 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
             history_digest=memory.history_digest,
             last_position=memory.last_position,
             run_id=claim.run_id,
+            previous_fingerprint=claim.previous_fingerprint,
+            previous_repeat_count=claim.previous_repeat_count,
         )
         with ctx.leases.holding(claim.run_id, claim.fence):
             result = drive_react_loop(memory.prepared.deps, state, LedgerHooks(ctx, claim))
@@ -123,7 +126,7 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
 
     outcome = result.outcome
     if isinstance(outcome, Continue):
-        new = tuple(m.message for m in result.new_messages)
+        new = tuple(m.context for m in result.new_messages)
         last = result.new_messages[-1]
         ctx.runtime.memory.put(memory.extended(new, last.position, last.chain_digest))
     else:
@@ -141,8 +144,9 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
 
 def _memory_after_claim(ctx: WorkerContext, memory: RunMemory | None, claim: Claim) -> RunMemory:
     """The run's context after the claim: the cached one extended with the messages
-    committed since, or (cold) built from the stored config and the whole history."""
-    loaded = tuple(Message.from_json(body) for _, body, _ in claim.new_messages)
+    committed since, or (cold) built from the stored config and the whole history. The
+    messages enter in context form, under this run's policy, and the context's chain
+    digest is extended over them."""
     if memory is None:
         assert claim.input is not None and claim.config is not None
         memory = RunMemory(
@@ -153,9 +157,13 @@ def _memory_after_claim(ctx: WorkerContext, memory: RunMemory | None, claim: Cla
             last_position=-1,
             history_digest="",
         )
-    if loaded:
-        last_position, _, last_digest = claim.new_messages[-1]
-        memory = memory.extended(loaded, last_position, last_digest)
+    if claim.new_messages:
+        max_bytes = memory.prepared.turn_config.policy.max_tool_output_bytes
+        loaded = tuple(
+            slim_tool_results_for_next_round(Message.from_json(body), max_bytes) for _, body in claim.new_messages
+        )
+        last_position = claim.new_messages[-1][0]
+        memory = memory.extended(loaded, last_position, context_chain(loaded, memory.history_digest))
     return memory
 
 
@@ -189,6 +197,8 @@ def _record(claim: Claim, result: RoundResult) -> RoundRecord:
         messages_digest=result.digests.messages,
         tools_digest=result.digests.tools,
         accepted_response_digest=result.digests.accepted_response,
+        tool_fingerprint=result.tool_fingerprint,
+        repeat_count=result.repeat_count,
         messages=[
             {"position": m.position, "body": m.message.to_json(), "chain_digest": m.chain_digest}
             for m in result.new_messages

@@ -31,9 +31,9 @@ WITH upd AS (
   RETURNING id, root_id, root_seq, event_seq - :n_events AS first_event_seq
 ), round_row AS (
   INSERT INTO rounds (run_id, boundary_seq, claim_fence, outcome, system_digest, messages_digest,
-                      tools_digest, accepted_response_digest)
+                      tools_digest, accepted_response_digest, tool_fingerprint, repeat_count)
   SELECT id, :boundary_seq, :fence, :outcome, :system_digest, :messages_digest, :tools_digest,
-         :accepted_response_digest FROM upd
+         :accepted_response_digest, :tool_fingerprint, :repeat_count FROM upd
 ), message_rows AS (
   INSERT INTO messages (root_id, position, run_id, boundary_seq, role, body, chain_digest)
   SELECT upd.root_id, m.position, upd.id, :boundary_seq, m.body->>'role', m.body, m.chain_digest
@@ -73,6 +73,8 @@ class RoundRecord:
     messages_digest: str
     tools_digest: str
     accepted_response_digest: str | None
+    tool_fingerprint: str | None
+    repeat_count: int
     messages: list[dict[str, Any]]  # {position, body, chain_digest}
     tools: list[dict[str, Any]]  # tool_invocations columns
     events: list[dict[str, Any]]  # {kind, data}
@@ -95,6 +97,8 @@ def _commit_txn(conn: Connection, record: RoundRecord) -> UUID | None:
             "messages_digest": record.messages_digest,
             "tools_digest": record.tools_digest,
             "accepted_response_digest": record.accepted_response_digest,
+            "tool_fingerprint": record.tool_fingerprint,
+            "repeat_count": record.repeat_count,
             "messages": json.dumps(record.messages),
             "tools": json.dumps(record.tools),
             "events": json.dumps(record.events),

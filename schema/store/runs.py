@@ -53,11 +53,13 @@ WITH claimed AS (
     CASE WHEN :cold THEN config END AS config
 )
 SELECT claimed.*,
-  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, m.body, m.chain_digest) ORDER BY m.position),
-                   CAST('[]' AS jsonb))
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, m.body) ORDER BY m.position), CAST('[]' AS jsonb))
    FROM messages AS m
-   WHERE m.root_id = claimed.root_id AND m.position > :after_position) AS new_messages
+   WHERE m.root_id = claimed.root_id AND m.position > :after_position) AS new_messages,
+  previous.tool_fingerprint AS previous_fingerprint,
+  coalesce(previous.repeat_count, 0) AS previous_repeat_count
 FROM claimed
+LEFT JOIN rounds AS previous ON previous.run_id = claimed.id AND previous.boundary_seq = :boundary_seq - 1
 """
 )
 
@@ -71,7 +73,9 @@ class Claim:
     attempt: int
     input: str | None  # only on a cold claim
     config: dict[str, Any] | None  # only on a cold claim
-    new_messages: list[tuple[int, dict[str, Any], str]]  # (position, body, chain_digest)
+    new_messages: list[tuple[int, dict[str, Any]]]  # (position, body), committed since after_position
+    previous_fingerprint: str | None  # the previous round's breaker state
+    previous_repeat_count: int
 
 
 def claim_round(
@@ -101,7 +105,9 @@ def claim_round(
             attempt=row.round_attempts,
             input=row.input,
             config=row.config,
-            new_messages=[(p, b, d) for p, b, d in row.new_messages],
+            new_messages=[(p, b) for p, b in row.new_messages],
+            previous_fingerprint=row.previous_fingerprint,
+            previous_repeat_count=row.previous_repeat_count,
         )
 
     return run_transaction(engine, _txn, name="claim_round", single_statement=True)

@@ -286,8 +286,8 @@ def test_resolve_and_run_refuses_before_running() -> None:
 def test_resolve_and_run_stops_at_max_rounds() -> None:
     runtime, factory = _recording_runtime()
     raw = example_request()
-    tool_turn = {"tool_calls": [{"name": "echo", "args": {"n": 1}}]}
-    raw["config"]["model"]["turns"] = [tool_turn] * 5 + [{"content": "never"}]
+    tool_turns = [{"tool_calls": [{"name": "echo", "args": {"n": n}}]} for n in range(5)]
+    raw["config"]["model"]["turns"] = [*tool_turns, {"content": "never"}]
     raw["config"]["policy"]["max_rounds"] = 3
     run = resolve_and_run(runtime, raw)
 

@@ -1,0 +1,62 @@
+"""Building the model's context from stored messages.
+
+``slim_tool_results_for_next_round`` gives the *context form* of a message: a tool
+output longer than the policy's limit is cut, in the model's context only, to a prefix
+that ends on a whole UTF-8 character, followed by an explicit marker. The stored
+message, the tool invocation row and the event stream keep the full output. Outputs of
+``read_files`` and image results are never cut. Deterministic: the same message and
+limit always give the same context form (and so the same context digest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from runtime.canonical import JSON, canonical_json, chain_digest
+from runtime.messages import Message
+
+SLIM_EXEMPT_TOOLS = frozenset({"read_files"})
+
+
+def is_image_result(result: JSON) -> bool:
+    if isinstance(result, dict):
+        kind = result.get("type")
+        mime = result.get("mime_type")
+        return kind == "image" or (isinstance(mime, str) and mime.startswith("image/"))
+    if isinstance(result, list) and result:
+        return all(is_image_result(item) for item in result)
+    return False
+
+
+def truncate_utf8(text: str, max_bytes: int) -> tuple[str, int]:
+    """The longest prefix of ``text`` whose UTF-8 encoding fits ``max_bytes`` (never
+    ending inside a character), and the number of bytes cut."""
+    encoded = text.encode()
+    if len(encoded) <= max_bytes:
+        return text, 0
+    prefix = encoded[:max_bytes].decode("utf-8", errors="ignore")
+    return prefix, len(encoded) - len(prefix.encode())
+
+
+def slim_tool_results_for_next_round(message: Message, max_output_bytes: int) -> Message:
+    if message.role != "tool" or message.name in SLIM_EXEMPT_TOOLS or is_image_result(message.result):
+        return message
+    text = message.result if isinstance(message.result, str) else canonical_json(message.result)
+    kept, cut = truncate_utf8(text, max_output_bytes)
+    if not cut:
+        return message
+    total = len(text.encode())
+    marker = (
+        f"\n[output truncated for the model context: showing the first {total - cut} of {total} bytes, "
+        f"{cut} bytes cut. The full output is stored with tool_call_id {message.tool_call_id} "
+        f"(tool_invocations, and the run's tool_completed event).]"
+    )
+    return Message(role="tool", tool_call_id=message.tool_call_id, name=message.name, content=kept + marker)
+
+
+def context_chain(messages: Iterable[Message], start: str = "") -> str:
+    """The chain digest of a context (as the model sees it), from ``start``."""
+    current = start
+    for message in messages:
+        current = chain_digest(current, message.to_json())
+    return current

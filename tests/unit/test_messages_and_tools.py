@@ -38,7 +38,7 @@ def test_registry_refuses_a_tool_registered_twice() -> None:
 
     with pytest.raises(ValueError, match="'add'"):
         registry.register(BUILTIN_TOOLS[1])
-    assert registry.names() == ["add", "echo", "sleep"]
+    assert registry.names() == ["add", "echo", "local_echo", "sleep", "text_blob"]
     assert registry.get("missing") is None
 
 

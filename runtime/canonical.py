@@ -54,9 +54,7 @@ def non_json_path(value: JSON, path: str = "") -> str | None:
 
 def canonical_json(value: JSON) -> str:
     """Serialize ``value`` to its canonical JSON text (stable across processes)."""
-    return json.dumps(
-        _normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def digest(value: JSON) -> str:

@@ -10,7 +10,8 @@ limit always give the same context form (and so the same context digest).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from runtime.canonical import JSON, canonical_json, chain_digest
 from runtime.messages import Message
@@ -52,6 +53,25 @@ def slim_tool_results_for_next_round(message: Message, max_output_bytes: int) ->
         f"(tool_invocations, and the run's tool_completed event).]"
     )
     return Message(role="tool", tool_call_id=message.tool_call_id, name=message.name, content=kept + marker)
+
+
+def durable_local_read_context(placeholder: JSON, contents: Mapping[str, str]) -> dict[str, Any]:
+    """The model's view of a durable local read: the stored placeholder (path, status,
+    digest) joined with the delivered bodies from the durable store."""
+    files = placeholder.get("files", []) if isinstance(placeholder, dict) else []
+    return {"files": [{"path": f["path"], "digest": f["digest"], "content": contents.get(f["path"])} for f in files]}
+
+
+def context_form(message: Message, max_output_bytes: int, durable_reads: Mapping[str, str] | None = None) -> Message:
+    """A stored message as the model's context shows it."""
+    if durable_reads is not None and message.role == "tool":
+        message = Message(
+            role="tool",
+            tool_call_id=message.tool_call_id,
+            name=message.name,
+            result=durable_local_read_context(message.result, durable_reads),
+        )
+    return slim_tool_results_for_next_round(message, max_output_bytes)
 
 
 def context_chain(messages: Iterable[Message], start: str = "") -> str:

@@ -17,6 +17,7 @@ from runtime.config import Policy, TurnConfig
 from runtime.memory import ContextCache
 from runtime.models.base import ModelClient
 from runtime.models.scripted import ScriptedModel
+from runtime.proofs import ProofAuthority
 from runtime.tools import Tool, ToolRegistry, builtin_registry
 
 ModelFactory = Callable[[Any], ModelClient]
@@ -26,10 +27,15 @@ def default_model_providers() -> dict[str, ModelFactory]:
     return {"scripted": ScriptedModel}
 
 
+# For in-process use and tests only; workers are given AIDAWORK_SECRET_KEY.
+DEV_SECRET = b"aidawork-development-secret-do-not-use-in-production"
+
+
 @dataclass(frozen=True)
 class BaseDeps:
     model_providers: Mapping[str, ModelFactory]
     tools: ToolRegistry
+    proofs: ProofAuthority = field(default_factory=lambda: ProofAuthority(DEV_SECRET))
     logger: Any = None
 
 
@@ -40,9 +46,14 @@ class Runtime:
     internal_tool_deps: Mapping[str, Any] = field(default_factory=dict)
 
 
-def build_runtime(*, logger: Any = None, memory_capacity: int = 1024) -> Runtime:
+def build_runtime(*, secret: bytes = DEV_SECRET, logger: Any = None, memory_capacity: int = 1024) -> Runtime:
     return Runtime(
-        base=BaseDeps(model_providers=default_model_providers(), tools=builtin_registry(), logger=logger),
+        base=BaseDeps(
+            model_providers=default_model_providers(),
+            tools=builtin_registry(),
+            proofs=ProofAuthority(secret),
+            logger=logger,
+        ),
         memory=ContextCache(capacity=memory_capacity),
     )
 
@@ -59,6 +70,7 @@ class OrchestratorDeps:
     tool_specs: tuple[dict[str, Any], ...]
     system_digest: str
     tools_digest: str
+    proofs: ProofAuthority
 
 
 def compose_deps(runtime: Runtime, turn_config: TurnConfig) -> OrchestratorDeps:
@@ -80,4 +92,5 @@ def compose_deps(runtime: Runtime, turn_config: TurnConfig) -> OrchestratorDeps:
         tool_specs=specs,
         system_digest=digest(turn_config.system_prompt),
         tools_digest=digest(list(specs)),
+        proofs=runtime.base.proofs,
     )

@@ -1,137 +1,45 @@
 """orchestrate / drive_react_loop: exactly one ReAct round in, one RoundResult out.
 
 A round is: (on the run's first round) the user's input, one model call, then every tool
-call the model asked for. The result says what to persist (new messages with their
-Root positions and chain digests, tool invocations, events, the round's digests) and
-what comes next (``Continue``, ``Finish`` or ``Fail``). Nothing here stores anything;
-the caller persists the result in one transaction.
+call the model asked for. Tool calls that need input the worker does not have suspend;
+the others run. The result says what to persist (new messages with their Root
+positions, context forms and chain digests, tool invocations, events, the round's
+digests and proof) and what comes next (``Continue``, ``Finish``, ``Fail`` or
+``Suspended``). Nothing here stores anything; the caller persists the result in one
+transaction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
-from uuid import UUID
+from typing import Protocol
 
 from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL, CountedCall, RepeatedToolCallBreaker
-from runtime.canonical import JSON, chain_digest, digest
+from runtime.canonical import chain_digest, digest
 from runtime.context import slim_tool_results_for_next_round
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError
 from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.base import ModelRequest, ModelResponse
-from runtime.tools import ToolDomain
-
-# --- outcomes ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Continue:
-    kind: Literal["continue"] = "continue"
-
-
-@dataclass(frozen=True)
-class Finish:
-    output: str
-    kind: Literal["finish"] = "finish"
-
-
-@dataclass(frozen=True)
-class Fail:
-    error_code: str
-    message: str
-    kind: Literal["fail"] = "fail"
-
-
-RoundOutcome = Continue | Finish | Fail
+from runtime.outcomes import (
+    Continue,
+    Fail,
+    Finish,
+    RoundDigests,
+    RoundEvent,
+    RoundOutcome,
+    RoundResult,
+    RunState,
+    StoredMessage,
+    Suspended,
+    ToolInvocation,
+)
+from runtime.proofs import OwnedRoundProjection
+from runtime.tools import NO_INPUTS, ToolInputs, ToolOutcome
 
 MAX_ROUNDS_EXCEEDED = "MAX_ROUNDS_EXCEEDED"
 MODEL_RESPONSE_INVALID = "MODEL_RESPONSE_INVALID"
-
-
-# --- what a round produces --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoredMessage:
-    """A new message: ``message`` is stored in full; ``context`` is its context form
-    (what later model calls see); ``chain_digest`` chains the context forms."""
-
-    position: int
-    message: Message
-    context: Message
-    chain_digest: str
-
-
-@dataclass(frozen=True)
-class ToolInvocation:
-    call: ToolCall
-    domain: ToolDomain | None  # None: the model named a tool that is not enabled
-    status: str  # completed | failed
-    result: JSON
-    args_digest: str
-    result_digest: str
-
-
-@dataclass(frozen=True)
-class RoundEvent:
-    kind: str
-    data: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class RoundDigests:
-    system: str
-    messages: str
-    tools: str
-    accepted_response: str | None
-
-
-@dataclass(frozen=True)
-class RoundResult:
-    boundary_seq: int
-    outcome: RoundOutcome
-    new_messages: tuple[StoredMessage, ...]
-    tool_invocations: tuple[ToolInvocation, ...]
-    events: tuple[RoundEvent, ...]
-    digests: RoundDigests
-    # The repeated-call breaker's state after this round (stored with the round).
-    tool_fingerprint: str | None = None
-    repeat_count: int = 0
-
-
-@dataclass(frozen=True)
-class RunState:
-    """What a round needs to know about its run: the Root's history so far in context
-    form (as loaded or cached), and where this run stands."""
-
-    input: str
-    boundary_seq: int = 0
-    history: tuple[Message, ...] = ()
-    history_digest: str = ""
-    last_position: int = -1
-    run_id: UUID | None = None
-    # The previous round's breaker state, from the stored rounds.
-    previous_fingerprint: str | None = None
-    previous_repeat_count: int = 0
-
-    @classmethod
-    def start(cls, text: str) -> RunState:
-        return cls(input=text)
-
-    def after(self, result: RoundResult) -> RunState:
-        """The state of the next round, as if ``result`` had been committed."""
-        new = result.new_messages
-        return RunState(
-            input=self.input,
-            boundary_seq=self.boundary_seq + 1,
-            history=self.history + tuple(m.context for m in new),
-            history_digest=new[-1].chain_digest if new else self.history_digest,
-            last_position=new[-1].position if new else self.last_position,
-            run_id=self.run_id,
-            previous_fingerprint=result.tool_fingerprint,
-            previous_repeat_count=result.repeat_count,
-        )
 
 
 class RoundHooks(Protocol):
@@ -152,8 +60,8 @@ class NoHooks:
 
 
 @dataclass
-class _Appender:
-    """New messages of this round, each with its Root position, context form and chain
+class Appender:
+    """New messages of a round, each with its Root position, context form and chain
     digest."""
 
     position: int
@@ -161,8 +69,12 @@ class _Appender:
     max_output_bytes: int
     stored: list[StoredMessage] = field(default_factory=list)
 
-    def append(self, message: Message) -> None:
-        context = slim_tool_results_for_next_round(message, self.max_output_bytes)
+    @classmethod
+    def after(cls, state: RunState, deps: OrchestratorDeps) -> Appender:
+        return cls(state.last_position, state.history_digest, deps.policy.max_tool_output_bytes)
+
+    def append(self, message: Message, context: Message | None = None) -> None:
+        context = slim_tool_results_for_next_round(context or message, self.max_output_bytes)
         self.position += 1
         self.digest = chain_digest(self.digest, context.to_json())
         self.stored.append(StoredMessage(self.position, message, context, self.digest))
@@ -182,7 +94,7 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     and may be tried again. Every other model error ends the run with its code.
     """
     hooks = hooks or NoHooks()
-    new = _Appender(state.last_position, state.history_digest, deps.policy.max_tool_output_bytes)
+    new = Appender.after(state, deps)
     if state.boundary_seq == 0:
         new.append(user_message(state.input))
     messages_digest = new.digest
@@ -200,85 +112,168 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         hooks.model_call_finished(None, exc)
         if exc.retryable:
             raise
-        return _result(deps, state, new, Fail(exc.code, exc.message), (), [], messages_digest, None)
+        return _result(deps, state, new, Fail(exc.code, exc.message), [], _digests(deps, messages_digest, None))
     hooks.model_call_finished(response, None)
     try:
         response_digest = response.digest()
     except ValueError as exc:
         fail = Fail(MODEL_RESPONSE_INVALID, f"the model's response has a value with no JSON form: {exc}")
-        return _result(deps, state, new, fail, (), [], messages_digest, None)
+        return _result(deps, state, new, fail, [], _digests(deps, messages_digest, None))
 
+    digests = _digests(deps, messages_digest, response_digest)
     new.append(response.as_message())
     events = [RoundEvent("model_responded", {"boundary_seq": state.boundary_seq, **response.to_json()})]
     if not response.tool_calls:
-        finish = Finish(output=response.content or "")
-        return _result(deps, state, new, finish, (), events, messages_digest, response_digest)
-
+        return _result(deps, state, new, Finish(output=response.content or ""), events, digests)
+    round_projection = _issue_round(deps, state, digests)
     invocations = []
     for call in response.tool_calls:
-        invocation = _run_tool(deps, call)
-        invocations.append(invocation)
-        new.append(tool_message(call, invocation.result))
+        invocation, output = run_tool(deps, call, NO_INPUTS)
+        if invocation.status == "suspended":
+            invocation = with_call_projection(deps, state, invocation, round_projection.proof)
+        invocations.append((invocation, output))
+    return close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
+
+
+def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tuple[ToolInvocation, ToolOutcome]:
+    tool = deps.tools.get(call.name)
+    if tool is None:
+        error = {"error": {"code": "TOOL_UNKNOWN", "message": f"tool {call.name!r} is not enabled"}}
+        outcome = ToolOutcome("failed", error, error)
+    else:
+        outcome = tool.run(call.args, inputs)
+    result_digest = None
+    if outcome.status != "suspended":
+        try:
+            result_digest = digest(outcome.result)
+            digest(outcome.context)
+        except ValueError as exc:  # NaN, Infinity, an unpaired surrogate, or not JSON at all
+            error = {"error": {"code": "TOOL_RESULT_INVALID", "message": f"the tool's result has no JSON form: {exc}"}}
+            outcome = ToolOutcome("failed", error, error)
+            result_digest = digest(error)
+    invocation = ToolInvocation(
+        call=call,
+        domain=tool.domain if tool else None,
+        status=outcome.status,
+        result=outcome.result,
+        args_digest=digest(call.args),
+        result_digest=result_digest,
+        suspend=outcome.suspend,
+    )
+    return invocation, outcome
+
+
+def invocation_id_for(state: RunState, call: ToolCall) -> str:
+    """Deterministic per claim: a re-executed round (new fence) gets new ids."""
+    return digest(
+        {"run": str(state.run_id), "boundary": state.boundary_seq, "call": call.id, "fence": state.claim_fence}
+    )[:32]
+
+
+def with_call_projection(
+    deps: OrchestratorDeps, state: RunState, invocation: ToolInvocation, round_proof: str
+) -> ToolInvocation:
+    projection = deps.proofs.issue_tool_call(
+        run_id=str(state.run_id),
+        boundary_seq=state.boundary_seq,
+        claim_fence=state.claim_fence,
+        tool_call_id=invocation.call.id,
+        tool_domain=str(invocation.domain),
+        args_digest=invocation.args_digest,
+        invocation_id=invocation_id_for(state, invocation.call),
+        work_owner=state.work_owner,
+        round_proof=round_proof,
+    )
+    return replace(invocation, projection=projection)
+
+
+def close_tool_round(
+    deps: OrchestratorDeps,
+    state: RunState,
+    new: Appender,
+    invocations: Sequence[tuple[ToolInvocation, ToolOutcome]],
+    events: list[RoundEvent],
+    digests: RoundDigests,
+    *,
+    projection: OwnedRoundProjection | None = None,
+    resumed: bool = False,
+) -> RoundResult:
+    """Append the tool results, then decide what comes next: suspend if any call waits
+    for input, else the breaker and the round limit, else continue."""
+    for invocation, output in invocations:
+        call = invocation.call
+        if invocation.status == "suspended":
+            assert invocation.suspend is not None
+            events.append(
+                RoundEvent(
+                    "tool_suspended", {"tool_call_id": call.id, "name": call.name, **invocation.suspend.to_json()}
+                )
+            )
+            continue
+        new.append(tool_message(call, invocation.result), tool_message(call, output.context))
         events.append(
             RoundEvent(
                 "tool_completed",
                 {"tool_call_id": call.id, "name": call.name, "status": invocation.status, "result": invocation.result},
             )
         )
-    verdict = RepeatedToolCallBreaker(deps.policy.repeated_tool_call_limit).judge(
-        [CountedCall(i.call.name, i.call.args, i.result, i.domain, i.status) for i in invocations],
-        state.previous_fingerprint,
-        state.previous_repeat_count,
-    )
+    waiting = tuple(i.call for i, _ in invocations if i.status == "suspended")
+    fingerprint, repeat_count = None, 0
     outcome: RoundOutcome = Continue()
-    if verdict.tripped:
-        assert verdict.message is not None
-        names = sorted({i.call.name for i in invocations})
-        events.append(RoundEvent("breaker_tripped", {"tools": names, "repeat_count": verdict.repeat_count}))
-        outcome = Fail(REPEATED_IDENTICAL_TOOL_CALL, verdict.message)
-    elif state.boundary_seq + 1 >= deps.policy.max_rounds:
-        outcome = Fail(
-            MAX_ROUNDS_EXCEEDED,
-            f"the run reached its limit of {deps.policy.max_rounds} rounds without a final answer",
-        )
-    result = _result(deps, state, new, outcome, tuple(invocations), events, messages_digest, response_digest)
-    return replace(result, tool_fingerprint=verdict.fingerprint, repeat_count=verdict.repeat_count)
-
-
-def _run_tool(deps: OrchestratorDeps, call: ToolCall) -> ToolInvocation:
-    tool = deps.tools.get(call.name)
-    if tool is None:
-        status: str = "failed"
-        result: JSON = {"error": {"code": "TOOL_UNKNOWN", "message": f"tool {call.name!r} is not enabled"}}
-        domain = None
+    if waiting:
+        outcome = Suspended(waiting=waiting)
+        events.append(RoundEvent("run_suspended", {"waiting_for": [c.id for c in waiting]}))
     else:
-        status, result = tool.run(call.args)
-        domain = tool.domain
-    try:
-        result_digest = digest(result)
-    except ValueError as exc:  # NaN, Infinity, an unpaired surrogate, or not JSON at all
-        status = "failed"
-        result = {"error": {"code": "TOOL_RESULT_INVALID", "message": f"the tool's result has no JSON form: {exc}"}}
-        result_digest = digest(result)
-    return ToolInvocation(
-        call=call,
-        domain=domain,
-        status=status,
-        result=result,
-        args_digest=digest(call.args),
-        result_digest=result_digest,
+        if not resumed:  # a round that suspended never counts for the breaker
+            verdict = RepeatedToolCallBreaker(deps.policy.repeated_tool_call_limit).judge(
+                [CountedCall(i.call.name, i.call.args, i.result, i.domain, i.status) for i, _ in invocations],
+                state.previous_fingerprint,
+                state.previous_repeat_count,
+            )
+            fingerprint, repeat_count = verdict.fingerprint, verdict.repeat_count
+            if verdict.tripped:
+                assert verdict.message is not None
+                names = sorted({i.call.name for i, _ in invocations})
+                events.append(RoundEvent("breaker_tripped", {"tools": names, "repeat_count": repeat_count}))
+                outcome = Fail(REPEATED_IDENTICAL_TOOL_CALL, verdict.message)
+        if isinstance(outcome, Continue) and state.boundary_seq + 1 >= deps.policy.max_rounds:
+            outcome = Fail(
+                MAX_ROUNDS_EXCEEDED,
+                f"the run reached its limit of {deps.policy.max_rounds} rounds without a final answer",
+            )
+    result = _result(
+        deps, state, new, outcome, events, digests, [i for i, _ in invocations], projection=projection, resumed=resumed
+    )
+    return replace(result, tool_fingerprint=fingerprint, repeat_count=repeat_count)
+
+
+def _digests(deps: OrchestratorDeps, messages_digest: str, response_digest: str | None) -> RoundDigests:
+    return RoundDigests(deps.system_digest, messages_digest, deps.tools_digest, response_digest)
+
+
+def _issue_round(deps: OrchestratorDeps, state: RunState, digests: RoundDigests) -> OwnedRoundProjection:
+    return deps.proofs.issue_round(
+        run_id=str(state.run_id),
+        boundary_seq=state.boundary_seq,
+        claim_fence=state.claim_fence,
+        system_digest=digests.system,
+        messages_digest=digests.messages,
+        tools_digest=digests.tools,
+        accepted_response_digest=digests.accepted_response,
     )
 
 
 def _result(
     deps: OrchestratorDeps,
     state: RunState,
-    new: _Appender,
+    new: Appender,
     outcome: RoundOutcome,
-    invocations: tuple[ToolInvocation, ...],
     events: list[RoundEvent],
-    messages_digest: str,
-    response_digest: str | None,
+    digests: RoundDigests,
+    invocations: Sequence[ToolInvocation] = (),
+    *,
+    projection: OwnedRoundProjection | None = None,
+    resumed: bool = False,
 ) -> RoundResult:
     if isinstance(outcome, Finish):
         events.append(RoundEvent("run_completed", {"output": outcome.output}))
@@ -288,7 +283,10 @@ def _result(
         boundary_seq=state.boundary_seq,
         outcome=outcome,
         new_messages=tuple(new.stored),
-        tool_invocations=invocations,
+        tool_invocations=tuple(invocations),
         events=tuple(events),
-        digests=RoundDigests(deps.system_digest, messages_digest, deps.tools_digest, response_digest),
+        digests=digests,
+        # A resume completes a round that already has its projection and proof.
+        projection=None if resumed else projection or _issue_round(deps, state, digests),
+        resumed=resumed,
     )

@@ -55,9 +55,7 @@ class Message:
         return cls(
             role=body["role"],
             content=body.get("content"),
-            tool_calls=tuple(
-                ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in body.get("tool_calls", ())
-            ),
+            tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in body.get("tool_calls", ())),
             tool_call_id=body.get("tool_call_id"),
             name=body.get("name"),
             result=body.get("result"),

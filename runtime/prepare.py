@@ -18,8 +18,9 @@ from runtime.canonical import non_json_path
 from runtime.config import ScriptedModelConfig, TurnConfig
 from runtime.deps import OrchestratorDeps, Runtime, compose_deps
 from runtime.errors import RequestInvalid
-from runtime.loop import RoundOutcome, RunState, drive_react_loop
+from runtime.loop import drive_react_loop
 from runtime.messages import Message
+from runtime.outcomes import RoundOutcome, RunState
 from schema.wire import RunRequest
 
 

@@ -4,14 +4,15 @@ domain, and a handler. The registry is built once per process; a run enables a s
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.canonical import JSON
+from runtime.context import durable_local_read_context
 from runtime.errors import ToolFailed
 
 
@@ -22,7 +23,85 @@ class ToolDomain(StrEnum):
     PLUGIN = "plugin"
 
 
-ToolHandler = Callable[[Any], JSON]
+# --- suspension: a tool that needs input the worker does not have ------------------------
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """What a suspended tool call waits for: files from the end user's machine
+    (``local_read`` with ``paths``) or a prerequisite resolved by the client (``key``)."""
+
+    kind: Literal["local_read", "prerequisite"]
+    paths: tuple[str, ...] = ()
+    key: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.kind == "local_read":
+            return {"kind": self.kind, "paths": list(self.paths)}
+        return {"kind": self.kind, "key": self.key}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Suspend:
+        return cls(kind=data["kind"], paths=tuple(data.get("paths", ())), key=data.get("key"))
+
+
+class NeedsInput(Exception):
+    """Raised inside a handler by ``ToolInputs`` when the input is not there yet."""
+
+    def __init__(self, suspend: Suspend) -> None:
+        super().__init__(suspend.kind)
+        self.suspend = suspend
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str
+    content: str
+    digest: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class ToolInputs:
+    """Inputs delivered for one tool call (durable local reads) and for its run
+    (resolved prerequisites). Empty on a call's first execution."""
+
+    files: Mapping[str, LocalFile] = field(default_factory=dict)
+    prerequisites: Mapping[str, JSON] = field(default_factory=dict)
+
+    def read(self, paths: Sequence[str]) -> list[LocalFile]:
+        """The delivered files, or suspend the call until they are delivered."""
+        if not paths or any(p not in self.files for p in paths):
+            raise NeedsInput(Suspend("local_read", paths=tuple(paths)))
+        return [self.files[p] for p in paths]
+
+    def prerequisite(self, key: str) -> JSON:
+        if key not in self.prerequisites:
+            raise NeedsInput(Suspend("prerequisite", key=key))
+        return self.prerequisites[key]
+
+
+NO_INPUTS = ToolInputs()
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A result whose model-context form differs from what is stored: a durable local
+    read stores a placeholder, and the model sees the file bodies."""
+
+    result: JSON
+    context: JSON
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    status: str  # completed | failed | suspended
+    result: JSON  # what is stored (None while suspended)
+    context: JSON  # what the model's context shows
+    suspend: Suspend | None = None
+
+
+ToolHandler = Callable[[Any, ToolInputs], JSON | ToolOutput]
 
 
 @dataclass(frozen=True)
@@ -45,17 +124,27 @@ class Tool:
     def parse_args(self, args: Mapping[str, Any], *, strict: bool = False) -> BaseModel:
         return self.args_model.model_validate(dict(args), strict=strict)
 
-    def run(self, args: Mapping[str, Any]) -> tuple[str, JSON]:
-        """Run the tool; returns ``(status, result)``. A failure the model should see
-        (bad args, a ``ToolFailed``) is a ``failed`` result, not an exception."""
+    def run(self, args: Mapping[str, Any], inputs: ToolInputs = NO_INPUTS) -> ToolOutcome:
+        """Run the tool. A failure the model should see (bad args, a ``ToolFailed``) is a
+        ``failed`` outcome, not an exception; missing input is a ``suspended`` one."""
         try:
             parsed = self.parse_args(args)
         except ValidationError as exc:
-            return "failed", {"error": {"code": "TOOL_ARGS_INVALID", "message": _first_error(exc)}}
+            return _failed("TOOL_ARGS_INVALID", _first_error(exc))
         try:
-            return "completed", self.handler(parsed)
+            output = self.handler(parsed, inputs)
         except ToolFailed as exc:
-            return "failed", {"error": {"code": exc.code, "message": exc.message}}
+            return _failed(exc.code, exc.message)
+        except NeedsInput as need:
+            return ToolOutcome("suspended", None, None, need.suspend)
+        if isinstance(output, ToolOutput):
+            return ToolOutcome("completed", output.result, output.context)
+        return ToolOutcome("completed", output, output)
+
+
+def _failed(code: str, message: str) -> ToolOutcome:
+    result = {"error": {"code": code, "message": message}}
+    return ToolOutcome("failed", result, result)
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -109,22 +198,66 @@ class TextBlobArgs(_Strict):
     char: str = Field(default="x", min_length=1, max_length=1)
 
 
-def _text_blob(args: TextBlobArgs) -> JSON:
+def _text_blob(args: TextBlobArgs, inputs: ToolInputs) -> JSON:
     """Text of about ``size_bytes`` UTF-8 bytes (whole characters; ``char`` may be multi-byte)."""
     return {"text": args.char * (args.size_bytes // len(args.char.encode()))}
 
 
-def _echo(args: EchoArgs) -> JSON:
+def _echo(args: EchoArgs, inputs: ToolInputs) -> JSON:
     return args.model_dump()
 
 
-def _add(args: AddArgs) -> JSON:
+def _add(args: AddArgs, inputs: ToolInputs) -> JSON:
     return {"sum": args.a + args.b}
 
 
-def _sleep(args: SleepArgs) -> JSON:
+def _sleep(args: SleepArgs, inputs: ToolInputs) -> JSON:
     time.sleep(args.seconds)
     return {"slept_s": args.seconds}
+
+
+class ReadFilesArgs(_Strict):
+    paths: list[str] = Field(min_length=1, max_length=32)
+
+
+def _read_files(args: ReadFilesArgs, inputs: ToolInputs) -> ToolOutput:
+    """A durable local read: the first execution suspends until the client delivers the
+    files. The stored result is only a proof placeholder per file; the model's context
+    shows the bodies, joined in from the durable store."""
+    files = inputs.read(args.paths)
+    placeholder = {"files": [durable_local_read_placeholder(f) for f in files]}
+    return ToolOutput(
+        result=placeholder, context=durable_local_read_context(placeholder, {f.path: f.content for f in files})
+    )
+
+
+def durable_local_read_placeholder(file: LocalFile) -> dict[str, Any]:
+    return {"path": file.path, "status": "received", "digest": file.digest, "size_bytes": file.size_bytes}
+
+
+class PathArgs(_Strict):
+    path: str = Field(min_length=1)
+
+
+def _count_words(args: PathArgs, inputs: ToolInputs) -> JSON:
+    """A server-side (SDK) tool whose input is a file on the user's machine: it suspends
+    on a local-read prerequisite, and is re-run once the file is delivered."""
+    (file,) = inputs.read([args.path])
+    return {
+        "path": file.path,
+        "lines": len(file.content.splitlines()),
+        "words": len(file.content.split()),
+        "bytes": file.size_bytes,
+    }
+
+
+class KeyArgs(_Strict):
+    key: str = Field(min_length=1, max_length=200)
+
+
+def _await_prerequisite(args: KeyArgs, inputs: ToolInputs) -> JSON:
+    """Waits until the client resolves ``key`` (e.g. a human approval), then returns it."""
+    return {"key": args.key, "value": inputs.prerequisite(args.key)}
 
 
 BUILTIN_TOOLS = (
@@ -135,6 +268,17 @@ BUILTIN_TOOLS = (
     # Stands for a tool that runs on the end user's machine (domain `local`) and answers
     # at once; such tools have their own failure budget and never trip the breaker.
     Tool("local_echo", "Return the arguments, from the user's machine.", EchoArgs, ToolDomain.LOCAL, _echo),
+    Tool("read_files", "Read files from the user's machine.", ReadFilesArgs, ToolDomain.LOCAL, _read_files),
+    Tool(
+        "count_words", "Count lines and words of a file on the user's machine.", PathArgs, ToolDomain.SDK, _count_words
+    ),
+    Tool(
+        "await_prerequisite",
+        "Wait until `key` is resolved, then return its value.",
+        KeyArgs,
+        ToolDomain.SDK,
+        _await_prerequisite,
+    ),
 )
 
 

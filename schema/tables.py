@@ -106,7 +106,7 @@ run_checkpoints = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
 
-ROUND_OUTCOMES = ["continue", "finish", "fail"]
+ROUND_OUTCOMES = ["continue", "finish", "fail", "suspend"]
 
 rounds = Table(
     "rounds",
@@ -123,6 +123,11 @@ rounds = Table(
     # (NULL when the round does not count) and the consecutive identical rounds so far.
     Column("tool_fingerprint", Text),
     Column("repeat_count", Integer, nullable=False, server_default=text("0")),
+    # HMAC over run, boundary, claim fence and the four digests (runtime.proofs).
+    Column("proof", Text),
+    # A suspended round is completed in place by its resume (outcome 'suspend' -> ...).
+    Column("resumed_at", DateTime(timezone=True)),
+    Column("resume_fence", BigInteger),
     _now(),
     CheckConstraint(_in("outcome", ROUND_OUTCOMES), name="outcome"),
 )
@@ -147,7 +152,7 @@ messages = Table(
     UniqueConstraint("root_id", "position"),
 )
 
-TOOL_STATUSES = ["completed", "failed"]
+TOOL_STATUSES = ["completed", "failed", "suspended"]
 TOOL_DOMAINS = ["sdk", "local", "desktop", "plugin"]
 
 tool_invocations = Table(
@@ -166,10 +171,39 @@ tool_invocations = Table(
     Column("result", JSONB),
     Column("result_digest", Text),
     Column("claim_fence", BigInteger, nullable=False),
+    # Set while (or after) the call was suspended: what it waits for, and the projection
+    # a resume must match (runtime.resume.OriginalToolRoundResume).
+    Column("suspension", JSONB),
+    Column("invocation_id", Text, unique=True),
+    Column("work_owner", Text),
+    Column("proof", Text),
     _now(),
     CheckConstraint(_in("status", TOOL_STATUSES), name="status"),
     CheckConstraint(f"tool_domain IS NULL OR {_in('tool_domain', TOOL_DOMAINS)}", name="tool_domain"),
     UniqueConstraint("run_id", "tool_call_id"),
+)
+
+# Durable local reads: file bodies delivered by the client, kept out of the messages
+# table (the history holds only a placeholder with the digest).
+local_reads = Table(
+    "local_reads",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("tool_call_id", Text, primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("content", Text, nullable=False),
+    Column("digest", Text, nullable=False),
+    Column("size_bytes", Integer, nullable=False),
+    Column("delivered_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+prerequisites = Table(
+    "prerequisites",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("value", JSONB, nullable=False),
+    Column("resolved_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
 
 run_events = Table(

@@ -51,10 +51,35 @@ class RoundTask(_Wire):
     boundary_seq: int = Field(ge=0)
 
 
+class OriginalToolRoundResume(_Wire):
+    """The authority to re-run one suspended tool call: a copy of its stored projection
+    (issued by the driver that suspended it) with that projection's proof."""
+
+    run_id: UUID
+    invocation_id: str
+    boundary_seq: int
+    tool_call_id: str
+    tool_domain: str
+    args_digest: str
+    work_owner: str
+    claim_fence: int
+    round_proof: str
+    proof: str
+
+    def projection_fields(self) -> dict[str, object]:
+        data = self.model_dump(mode="json", exclude={"proof"})
+        return {**data, "run_id": str(self.run_id)}
+
+
 class EventKind(StrEnum):
     RUN_QUEUED = "run_queued"
     MODEL_RESPONDED = "model_responded"
     TOOL_COMPLETED = "tool_completed"
+    TOOL_SUSPENDED = "tool_suspended"
+    RUN_SUSPENDED = "run_suspended"
+    INPUT_DELIVERED = "input_delivered"
+    ROUND_RESUMED = "round_resumed"
+    BREAKER_TRIPPED = "breaker_tripped"
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"
     RUN_CANCELLED = "run_cancelled"
@@ -71,6 +96,17 @@ class RunEvent(_Wire):
     created_at: datetime
 
 
+class WaitingFor(_Wire):
+    """A suspended tool call and what it waits for."""
+
+    tool_call_id: str
+    tool_name: str
+    kind: str  # local_read | prerequisite
+    paths: list[str] | None = None
+    key: str | None = None
+    delivered: bool
+
+
 class RunView(_Wire):
     """What ``aidawork status RUN_ID --json`` prints."""
 
@@ -85,3 +121,4 @@ class RunView(_Wire):
     error_message: str | None
     created_at: datetime
     finished_at: datetime | None
+    waiting_for: list[WaitingFor] = Field(default_factory=list)

@@ -29,7 +29,7 @@ TEST_REDIS_DB = os.environ.get("AIDAWORK_TEST_REDIS_DB", "9")
 BROKER_URL = f"redis://127.0.0.1:6379/{TEST_REDIS_DB}"
 os.environ["AIDAWORK_BROKER_URL"] = BROKER_URL
 PG_BASE = os.environ.get("AIDAWORK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
-TEMPLATE_DB = "aidawork_test_template"
+TEMPLATE_DB = f"aidawork_test_template_{os.getpid()}"  # one per session: sessions may overlap
 REPO = Path(__file__).resolve().parent.parent
 
 # Timings for tests: short leases so crash recovery takes seconds, not minutes.

@@ -17,16 +17,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID
 
 import structlog
 from celery import Celery
 
+from schema.wire import OriginalToolRoundResume
 from worker.settings import get_settings
 
 ROUNDS_QUEUE = "aidawork.rounds"
 CONTROL_QUEUE = "aidawork.control"
 RUN_ROUND_TASK = "aidawork.run_round"
+RESUME_ROUND_TASK = "aidawork.resume_round"
 RECONCILE_TASK = "aidawork.reconcile"
 
 # Visibility timeout of the Redis transport: an unacknowledged message is redelivered
@@ -78,3 +81,16 @@ def dispatch_round(run_id: UUID, boundary_seq: int) -> None:
     """Send the task for one round. Call only after the state it depends on committed."""
     app.send_task(RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=ROUNDS_QUEUE)
     log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq)
+
+
+def dispatch_resume(resumes: Sequence[OriginalToolRoundResume]) -> None:
+    """Send the resume of a suspended round (its inputs are all stored). The payload is
+    the resume tokens: ids, digests and proofs, no file bodies."""
+    app.send_task(RESUME_ROUND_TASK, args=[[r.model_dump(mode="json") for r in resumes]], queue=ROUNDS_QUEUE)
+    first = resumes[0]
+    log.info(
+        "resume_enqueued",
+        next_run_id=str(first.run_id),
+        next_boundary_seq=first.boundary_seq,
+        tool_call_ids=[r.tool_call_id for r in resumes],
+    )

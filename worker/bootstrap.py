@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import structlog
 from sqlalchemy import Engine
 
-from runtime.deps import Runtime, build_runtime
+from runtime.deps import DEV_SECRET, Runtime, build_runtime
 from schema.store.tx import make_engine
 from worker.leases import LeaseKeeper
 from worker.logging import configure_logging
@@ -29,10 +29,17 @@ _lock = threading.Lock()
 
 def build_context(settings: Settings) -> WorkerContext:
     engine = make_engine(settings.database_url, pool_size=min(settings.worker_concurrency, 50) + 2)
+    if settings.secret_key is None:
+        structlog.get_logger("aidawork.bootstrap").warning(
+            "secret_key_missing", detail="AIDAWORK_SECRET_KEY is unset: round proofs use a development secret"
+        )
+        secret = DEV_SECRET
+    else:
+        secret = settings.secret_key.get_secret_value().encode()
     return WorkerContext(
         settings=settings,
         engine=engine,
-        runtime=build_runtime(),
+        runtime=build_runtime(secret=secret),
         leases=LeaseKeeper(engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s),
     )
 

@@ -17,12 +17,17 @@ from sqlalchemy.exc import OperationalError
 
 from runtime.errors import AidaworkError, RequestInvalid
 from schema.store.errors import RootNotFound, RunNotFound
+from schema.store.suspensions import DeliveryRefused
 from schema.wire import RunEvent
 from worker.logging import configure_logging
 from worker.settings import SettingsError, get_settings
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
-CLIENT_COMMANDS = frozenset({"submit", "status", "watch", "cancel"})
+CLIENT_COMMANDS = frozenset({"submit", "status", "watch", "cancel", "deliver", "resolve"})
+
+
+class InputError(Exception):
+    """Bad input on the command line (exit code 2)."""
 
 
 def _err(message: str, code: int) -> int:
@@ -119,6 +124,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"output: {view.output}")
     if view.error_code is not None:
         print(f"error: {view.error_code}: {view.error_message}")
+    for wait in view.waiting_for:
+        what = f"files {', '.join(wait.paths or [])}" if wait.kind == "local_read" else f"prerequisite {wait.key!r}"
+        done = " (delivered)" if wait.delivered else ""
+        print(f"waiting: {wait.tool_call_id} ({wait.tool_name}) needs {what}{done}")
     return EXIT_OK
 
 
@@ -131,6 +140,13 @@ def format_event(event: RunEvent) -> str:
         detail = f"{data['name']} -> {json.dumps(data['result'])[:200]}"
     elif event.kind == "run_completed":
         detail = f"output: {data['output']!r}"
+    elif event.kind == "tool_suspended":
+        needs = f"files {', '.join(data['paths'])}" if data["kind"] == "local_read" else f"prerequisite {data['key']!r}"
+        detail = f"{data['name']} ({data['tool_call_id']}) waits for {needs}"
+    elif event.kind == "input_delivered":
+        detail = f"{data.get('tool_call_id') or data.get('key')} delivered" + (
+            "; resuming" if data["resumable"] else ""
+        )
     elif event.kind in ("run_failed", "run_cancelled"):
         detail = f"{data['error_code']}: {data['message']}"
     else:
@@ -146,6 +162,44 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _read_delivery(specs: list[str]) -> dict[str, str]:
+    """``--file PATH`` delivers PATH as asked; ``--file ASKED=LOCAL`` reads LOCAL for ASKED."""
+    files = {}
+    for spec in specs:
+        asked, _, local = spec.partition("=")
+        source = Path(local or asked)
+        try:
+            files[asked] = source.read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read {source}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{source} is not UTF-8 text; only text files can be delivered") from None
+    return files
+
+
+def cmd_deliver(args: argparse.Namespace) -> int:
+    from worker import client
+
+    receipt = client.deliver(args.run_id, args.tool_call_id, _read_delivery(args.file))
+    state = "stored" if receipt.stored else "already delivered; nothing changed"
+    resumed = "; the run resumes" if receipt.resumes else ""
+    print(f"{args.tool_call_id}: {state}{resumed}")
+    return EXIT_OK
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    from worker import client
+
+    try:
+        value = json.loads(args.value)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--value is not valid JSON: {exc.msg}") from None
+    receipt = client.resolve(args.run_id, args.key, value)
+    state = "resolved" if receipt.stored else "already resolved; nothing changed"
+    print(f"{args.key}: {state}{'; the run resumes' if receipt.resumes else ''}")
+    return EXIT_OK
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from worker import client
 
@@ -158,9 +212,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aidawork", description="AIDAWORK: durable LLM agent runs.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("migrate", help="create the database if needed and run the migrations").set_defaults(
-        fn=cmd_migrate
-    )
+    sub.add_parser("migrate", help="create the database if needed and run the migrations").set_defaults(fn=cmd_migrate)
     p = sub.add_parser("worker", help="start a Celery worker (threads pool)")
     p.add_argument("--concurrency", type=int, default=None, help="threads (default AIDAWORK_WORKER_CONCURRENCY)")
     p.add_argument("--loglevel", default="WARNING")
@@ -183,6 +235,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_id", type=_run_id)
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(fn=cmd_watch)
+    p = sub.add_parser("deliver", help="deliver the files a suspended tool call asked for")
+    p.add_argument("run_id", type=_run_id)
+    p.add_argument("tool_call_id")
+    p.add_argument(
+        "--file",
+        action="append",
+        required=True,
+        metavar="PATH|ASKED=LOCAL",
+        help="a file to deliver (repeat for several)",
+    )
+    p.set_defaults(fn=cmd_deliver)
+    p = sub.add_parser("resolve", help="resolve a prerequisite a suspended run waits for")
+    p.add_argument("run_id", type=_run_id)
+    p.add_argument("key")
+    p.add_argument("--value", required=True, help="the value, as JSON")
+    p.set_defaults(fn=cmd_resolve)
     p = sub.add_parser("cancel", help="cancel a run that has not ended")
     p.add_argument("run_id", type=_run_id)
     p.set_defaults(fn=cmd_cancel)
@@ -201,8 +269,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.fn(args))
     except SettingsError as exc:
         return _err(str(exc), EXIT_INPUT)
-    except RunNotFound as exc:
+    except (RunNotFound, DeliveryRefused) as exc:
         return _err(exc.message, EXIT_INPUT)
+    except InputError as exc:
+        return _err(str(exc), EXIT_INPUT)
     except AidaworkError as exc:
         return _err(f"{exc.code}: {exc.message}", EXIT_ERROR)
     except OperationalError as exc:

@@ -14,9 +14,11 @@ import structlog
 from runtime.prepare import prepare_execution
 from schema.store import events as event_store
 from schema.store import runs as run_store
+from schema.store import suspensions as suspension_store
 from schema.store.runs import Submitted
+from schema.store.suspensions import Receipt
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
-from worker.app import dispatch_round
+from worker.app import dispatch_resume, dispatch_round
 from worker.bootstrap import WorkerContext, get_context
 
 log = structlog.get_logger("aidawork.client")
@@ -47,6 +49,28 @@ def cancel(run_id: UUID, *, ctx: WorkerContext | None = None) -> bool:
     return cancelled
 
 
+def deliver(run_id: UUID, tool_call_id: str, files: Mapping[str, str], *, ctx: WorkerContext | None = None) -> Receipt:
+    """Deliver the files a suspended tool call asked for (path -> UTF-8 text). Delivering
+    the same files again changes nothing; anything the run is not waiting for is refused
+    with ``DeliveryRefused``. When the round has all its inputs, its resume is sent."""
+    ctx = ctx or get_context()
+    receipt = suspension_store.deliver_local_read(
+        ctx.engine, run_id, tool_call_id, dict(files), max_file_bytes=ctx.settings.max_local_read_bytes
+    )
+    if receipt.resumes:
+        dispatch_resume(receipt.resumes)
+    return receipt
+
+
+def resolve(run_id: UUID, key: str, value: Any, *, ctx: WorkerContext | None = None) -> Receipt:
+    """Resolve a prerequisite the run waits for; idempotent like ``deliver``."""
+    ctx = ctx or get_context()
+    receipt = suspension_store.resolve_prerequisite(ctx.engine, run_id, key, value)
+    if receipt.resumes:
+        dispatch_resume(receipt.resumes)
+    return receipt
+
+
 def events(
     run_id: UUID,
     *,
@@ -71,9 +95,7 @@ def events(
             time.sleep(poll_s)
 
 
-def wait(
-    run_id: UUID, *, timeout_s: float = 60.0, poll_s: float = 0.1, ctx: WorkerContext | None = None
-) -> RunView:
+def wait(run_id: UUID, *, timeout_s: float = 60.0, poll_s: float = 0.1, ctx: WorkerContext | None = None) -> RunView:
     """Poll until the run is terminal; returns its view (raises TimeoutError)."""
     deadline = time.monotonic() + timeout_s
     while True:

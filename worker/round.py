@@ -11,16 +11,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 
 import structlog
 
-from runtime.context import context_chain, slim_tool_results_for_next_round
+from runtime.context import context_chain, context_form
+from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, RequestInvalid
-from runtime.loop import Continue, Fail, Finish, RoundResult, RunState, drive_react_loop
+from runtime.loop import drive_react_loop
 from runtime.memory import RunMemory
 from runtime.messages import Message
 from runtime.models.base import ModelRequest, ModelResponse
+from runtime.outcomes import Continue, Fail, Finish, RoundResult, RunState, Suspended
 from runtime.prepare import prepare_turn
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
@@ -35,6 +38,7 @@ from worker.logging import bind
 log = structlog.get_logger("aidawork.round")
 
 ROUND_ATTEMPTS_EXHAUSTED = "ROUND_ATTEMPTS_EXHAUSTED"
+ROUND_PROOF_INVALID = "ROUND_PROOF_INVALID"
 CONFIG_INVALID = "CONFIG_INVALID"
 
 
@@ -88,9 +92,16 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     if claim is None:
         log.info("claim_refused", run=run_store.describe_run(ctx.engine, task.run_id))
         return RoundDisposition.DROPPED
+    return run_claimed(ctx, claim, memory, lambda deps, state: drive_react_loop(deps, state, LedgerHooks(ctx, claim)))
+
+
+RoundStep = Callable[[OrchestratorDeps, RunState], RoundResult]
+
+
+def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step: RoundStep) -> RoundDisposition:
+    """Everything after a successful claim, for a round and for a resume alike."""
     bind(claim_fence=claim.fence)
     log.info("round_claimed", attempt=claim.attempt, cold=memory is None)
-
     if claim.attempt > ctx.settings.max_round_attempts:
         return _fail_run(
             ctx,
@@ -104,6 +115,10 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
         memory = _memory_after_claim(ctx, memory, claim)
     except RequestInvalid as exc:
         return _fail_run(ctx, claim, CONFIG_INVALID, f"the stored run config is not valid: {exc.message}")
+    if not _previous_round_verifies(ctx, claim):
+        return _fail_run(
+            ctx, claim, ROUND_PROOF_INVALID, f"the stored proof of round {claim.boundary_seq - 1} does not verify"
+        )
 
     try:
         state = RunState(
@@ -113,25 +128,27 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
             history_digest=memory.history_digest,
             last_position=memory.last_position,
             run_id=claim.run_id,
+            claim_fence=claim.fence,
+            work_owner=claim.owner,
             previous_fingerprint=claim.previous_fingerprint,
             previous_repeat_count=claim.previous_repeat_count,
         )
         with ctx.leases.holding(claim.run_id, claim.fence):
-            result = drive_react_loop(memory.prepared.deps, state, LedgerHooks(ctx, claim))
-        next_run_id = round_store.commit_round(ctx.engine, _record(claim, result))
+            result = step(memory.prepared.deps, state)
+        next_run_id = round_store.commit_round(ctx.engine, _record(ctx, claim, result))
     except BaseException:
         # Give the run back at once rather than at lease expiry; a lost fence makes this a no-op.
         run_store.release_lease(ctx.engine, claim.run_id, claim.fence)
         raise
 
     outcome = result.outcome
-    if isinstance(outcome, Continue):
+    if isinstance(outcome, (Continue, Suspended)) and result.new_messages:
         new = tuple(m.context for m in result.new_messages)
         last = result.new_messages[-1]
         ctx.runtime.memory.put(memory.extended(new, last.position, last.chain_digest))
-    else:
+    elif not isinstance(outcome, (Continue, Suspended)):
         ctx.runtime.memory.discard(claim.run_id)
-    log.info("round_committed", outcome=outcome.kind, messages=len(result.new_messages))
+    log.info("round_committed", outcome=outcome.kind, messages=len(result.new_messages), resumed=result.resumed)
     failpoints.hit("after_commit")
 
     if isinstance(outcome, Continue):
@@ -140,6 +157,18 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
         dispatch_round(next_run_id, 0)
     failpoints.hit("after_enqueue")
     return RoundDisposition.COMMITTED
+
+
+def _previous_round_verifies(ctx: WorkerContext, claim: Claim) -> bool:
+    """The next round verifies the proof its predecessor stored: a round row altered or
+    written by anyone without the server secret stops the run."""
+    previous = claim.previous_round
+    if previous is None:
+        return True
+    fields = {k: v for k, v in previous.items() if k != "proof"}
+    fields.update(run_id=str(claim.run_id), boundary_seq=claim.boundary_seq - 1)
+    proof = previous.get("proof")
+    return isinstance(proof, str) and ctx.runtime.base.proofs.verifies("round", fields, proof)
 
 
 def _memory_after_claim(ctx: WorkerContext, memory: RunMemory | None, claim: Claim) -> RunMemory:
@@ -159,9 +188,7 @@ def _memory_after_claim(ctx: WorkerContext, memory: RunMemory | None, claim: Cla
         )
     if claim.new_messages:
         max_bytes = memory.prepared.turn_config.policy.max_tool_output_bytes
-        loaded = tuple(
-            slim_tool_results_for_next_round(Message.from_json(body), max_bytes) for _, body in claim.new_messages
-        )
+        loaded = tuple(context_form(Message.from_json(body), max_bytes, reads) for _, body, reads in claim.new_messages)
         last_position = claim.new_messages[-1][0]
         memory = memory.extended(loaded, last_position, context_chain(loaded, memory.history_digest))
     return memory
@@ -176,13 +203,41 @@ def _fail_run(ctx: WorkerContext, claim: Claim, code: str, message: str) -> Roun
     return RoundDisposition.RUN_FAILED
 
 
-def _record(claim: Claim, result: RoundResult) -> RoundRecord:
+def _record(ctx: WorkerContext, claim: Claim, result: RoundResult) -> RoundRecord:
+    """The round as the store takes it. Only results issued by this process's driver are
+    stored: their projections must be in the proof authority's registry."""
+    proofs = ctx.runtime.base.proofs
+    if result.projection is not None:
+        proofs.require_issued(result.projection)
     outcome = result.outcome
-    status = RunStatus.RUNNING
-    if isinstance(outcome, Finish):
-        status = RunStatus.COMPLETED
-    elif isinstance(outcome, Fail):
-        status = RunStatus.FAILED
+    status = {
+        "continue": RunStatus.RUNNING,
+        "suspend": RunStatus.SUSPENDED,
+        "finish": RunStatus.COMPLETED,
+        "fail": RunStatus.FAILED,
+    }[outcome.kind]
+    tools = []
+    for t in result.tool_invocations:
+        projection = t.projection
+        if projection is not None:
+            proofs.require_issued(projection)
+        tools.append(
+            {
+                "tool_call_id": t.call.id,
+                "tool_name": t.call.name,
+                "tool_domain": t.domain.value if t.domain else None,
+                "args": t.call.args,
+                "args_digest": t.args_digest,
+                "status": t.status,
+                "result": t.result,
+                "result_digest": t.result_digest,
+                "suspension": t.suspend.to_json() if t.suspend else None,
+                "invocation_id": projection.invocation_id if projection else t.resumes_invocation_id,
+                "work_owner": projection.work_owner if projection else None,
+                "proof": projection.proof if projection else None,
+                "resumes_invocation_id": t.resumes_invocation_id,
+            }
+        )
     return RoundRecord(
         run_id=claim.run_id,
         boundary_seq=claim.boundary_seq,
@@ -199,22 +254,12 @@ def _record(claim: Claim, result: RoundResult) -> RoundRecord:
         accepted_response_digest=result.digests.accepted_response,
         tool_fingerprint=result.tool_fingerprint,
         repeat_count=result.repeat_count,
+        proof=result.projection.proof if result.projection else None,
+        resumed=result.resumed,
         messages=[
             {"position": m.position, "body": m.message.to_json(), "chain_digest": m.chain_digest}
             for m in result.new_messages
         ],
-        tools=[
-            {
-                "tool_call_id": t.call.id,
-                "tool_name": t.call.name,
-                "tool_domain": t.domain.value if t.domain else None,
-                "args": t.call.args,
-                "args_digest": t.args_digest,
-                "status": t.status,
-                "result": t.result,
-                "result_digest": t.result_digest,
-            }
-            for t in result.tool_invocations
-        ],
+        tools=tools,
         events=[{"kind": e.kind, "data": e.data} for e in result.events],
     )

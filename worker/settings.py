@@ -21,8 +21,9 @@ class Settings(BaseSettings):
 
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/aidawork"
     broker_url: str = "redis://127.0.0.1:6379/0"
-    # Signs round proofs; required in production, a dev value is used when unset.
-    secret_key: SecretStr | None = None
+    # Signs round proofs (HMAC-SHA256). Every worker of a deployment needs the same value;
+    # when unset, a development value is used and a warning is logged.
+    secret_key: SecretStr | None = Field(default=None, min_length=16)
 
     # A claim is a lease of this length, extended every lease_s / 3 while the round runs.
     # Longer than any gap between heartbeats, short enough that a crashed worker's run
@@ -33,6 +34,8 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = Field(default=5.0, gt=0, le=3600)
     # Claims of one round before the run fails with ROUND_ATTEMPTS_EXHAUSTED.
     max_round_attempts: int = Field(default=3, ge=1, le=100)
+    # Largest file a client may deliver for a durable local read (UTF-8 bytes).
+    max_local_read_bytes: int = Field(default=1_048_576, ge=1, le=64 * 1_048_576)
     # Threads per worker process: rounds wait on model I/O, so many fit in one process.
     worker_concurrency: int = Field(default=32, ge=1, le=1000)
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")

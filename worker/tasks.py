@@ -3,20 +3,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
+from typing import Any
 
 import structlog
 from celery import Task
 from pydantic import ValidationError
 
 from runtime.errors import ModelUnavailable
+from runtime.resume import ResumeRefused
 from schema.store.errors import FenceLost
 from schema.store.tx import backoff_s
-from schema.wire import RoundTask
-from worker.app import RECONCILE_TASK, RUN_ROUND_TASK, app
+from schema.wire import OriginalToolRoundResume, RoundTask
+from worker.app import RECONCILE_TASK, RESUME_ROUND_TASK, RUN_ROUND_TASK, app
 from worker.bootstrap import get_context
 from worker.logging import bind, clear
 from worker.reconcile import reconcile
+from worker.resume import execute_resume
 from worker.round import execute_round
 
 log = structlog.get_logger("aidawork.tasks")
@@ -33,6 +37,7 @@ class OnError(StrEnum):
 ERROR_DISPOSITION: dict[type[BaseException], OnError] = {
     ValidationError: OnError.DROP,
     FenceLost: OnError.DROP,
+    ResumeRefused: OnError.DROP,  # a forged, stale or replayed resume: nothing was written
     ModelUnavailable: OnError.RETRY,
 }
 
@@ -55,9 +60,18 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
     def run(self, run_id: str, boundary_seq: int) -> str:
         clear()
         bind(task_id=self.request.id, run_id=run_id, boundary_seq=boundary_seq)
+        return self.guarded(
+            lambda: (
+                execute_round(
+                    get_context(), RoundTask.model_validate({"run_id": run_id, "boundary_seq": boundary_seq})
+                ).value
+            )
+        )
+
+    def guarded(self, body: Callable[[], str]) -> str:
+        """Run the body, mapping its errors through ERROR_DISPOSITION."""
         try:
-            task = RoundTask.model_validate({"run_id": run_id, "boundary_seq": boundary_seq})
-            return execute_round(get_context(), task).value
+            return body()
         except Exception as exc:
             disposition = disposition_of(exc)
             if disposition is OnError.DROP:
@@ -74,6 +88,23 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
 
 
 app.register_task(RunExecutionWorker())
+
+
+class ResumeRoundWorker(RunExecutionWorker):
+    """Resume a suspended round: re-run its original tool calls (no model call)."""
+
+    name = RESUME_ROUND_TASK
+
+    def run(self, resumes: list[dict[str, Any]]) -> str:  # type: ignore[override]
+        clear()
+        first = resumes[0] if resumes and isinstance(resumes[0], dict) else {}
+        bind(task_id=self.request.id, run_id=first.get("run_id"), boundary_seq=first.get("boundary_seq"))
+        return self.guarded(
+            lambda: execute_resume(get_context(), [OriginalToolRoundResume.model_validate(r) for r in resumes]).value
+        )
+
+
+app.register_task(ResumeRoundWorker())
 
 
 @app.task(name=RECONCILE_TASK, ignore_result=True)  # type: ignore[untyped-decorator]

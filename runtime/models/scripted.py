@@ -22,9 +22,7 @@ class ScriptedModel:
     def complete(self, request: ModelRequest) -> ModelResponse:
         index = request.round_index
         if index >= len(self._turns):
-            raise ModelScriptExhausted(
-                f"the script has {len(self._turns)} turns and turn {index + 1} was requested"
-            )
+            raise ModelScriptExhausted(f"the script has {len(self._turns)} turns and turn {index + 1} was requested")
         turn = self._turns[index]
         if turn.latency_ms:
             time.sleep(turn.latency_ms / 1000)

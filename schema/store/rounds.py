@@ -13,39 +13,33 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, TextClause, text
 
 from schema.store.errors import FenceLost
 from schema.store.runs import _NEXT_IN_ROOT
 from schema.store.tx import run_transaction
 
-COMMIT_ROUND_SQL = text(
-    f"""
+
+def _commit_sql(round_row: str, tool_rows: str) -> TextClause:
+    """The one-statement commit; a round inserts its round and tool rows, a resume
+    completes the suspended ones in place."""
+    return text(
+        f"""
 WITH upd AS (
   UPDATE runs SET
-    boundary_seq = boundary_seq + 1, status = :status, lease_expires_at = NULL, round_attempts = 0,
+    boundary_seq = boundary_seq + CASE WHEN :status = 'suspended' THEN 0 ELSE 1 END,
+    status = :status, lease_expires_at = NULL, round_attempts = 0,
     event_seq = event_seq + :n_events, dispatched_at = now(), updated_at = now(),
     output = :output, error_code = :error_code, error_message = :error_message,
     finished_at = CASE WHEN :terminal THEN now() END
   WHERE id = :run_id AND claim_fence = :fence AND boundary_seq = :boundary_seq AND status = 'running'
   RETURNING id, root_id, root_seq, event_seq - :n_events AS first_event_seq
-), round_row AS (
-  INSERT INTO rounds (run_id, boundary_seq, claim_fence, outcome, system_digest, messages_digest,
-                      tools_digest, accepted_response_digest, tool_fingerprint, repeat_count)
-  SELECT id, :boundary_seq, :fence, :outcome, :system_digest, :messages_digest, :tools_digest,
-         :accepted_response_digest, :tool_fingerprint, :repeat_count FROM upd
+), round_row AS ({round_row}
+), tool_rows AS ({tool_rows}
 ), message_rows AS (
   INSERT INTO messages (root_id, position, run_id, boundary_seq, role, body, chain_digest)
   SELECT upd.root_id, m.position, upd.id, :boundary_seq, m.body->>'role', m.body, m.chain_digest
   FROM upd, jsonb_to_recordset(CAST(:messages AS jsonb)) AS m(position int, body jsonb, chain_digest text)
-), tool_rows AS (
-  INSERT INTO tool_invocations (run_id, boundary_seq, tool_call_id, tool_name, tool_domain, args,
-                                args_digest, status, result, result_digest, claim_fence)
-  SELECT upd.id, :boundary_seq, t.tool_call_id, t.tool_name, t.tool_domain, t.args, t.args_digest,
-         t.status, t.result, t.result_digest, :fence
-  FROM upd, jsonb_to_recordset(CAST(:tools AS jsonb)) AS t(
-    tool_call_id text, tool_name text, tool_domain text, args jsonb, args_digest text, status text,
-    result jsonb, result_digest text)
 ), event_rows AS (
   INSERT INTO run_events (run_id, seq, kind, data)
   SELECT upd.id, upd.first_event_seq + e.ordinality, e.value->>'kind', e.value->'data'
@@ -53,6 +47,43 @@ WITH upd AS (
 )
 SELECT upd.id, CASE WHEN :terminal THEN {_NEXT_IN_ROOT.format(alias="upd")} END AS next_run_id FROM upd
 """
+    )
+
+
+_TOOL_COLUMNS = """jsonb_to_recordset(CAST(:tools AS jsonb)) AS t(
+    tool_call_id text, tool_name text, tool_domain text, args jsonb, args_digest text, status text,
+    result jsonb, result_digest text, suspension jsonb, invocation_id text, work_owner text, proof text,
+    resumes_invocation_id text)"""
+
+COMMIT_ROUND_SQL = _commit_sql(
+    round_row="""
+  INSERT INTO rounds (run_id, boundary_seq, claim_fence, outcome, system_digest, messages_digest,
+                      tools_digest, accepted_response_digest, tool_fingerprint, repeat_count, proof)
+  SELECT id, :boundary_seq, :fence, :outcome, :system_digest, :messages_digest, :tools_digest,
+         :accepted_response_digest, :tool_fingerprint, :repeat_count, :proof FROM upd""",
+    tool_rows=f"""
+  INSERT INTO tool_invocations (run_id, boundary_seq, tool_call_id, tool_name, tool_domain, args,
+                                args_digest, status, result, result_digest, claim_fence, suspension,
+                                invocation_id, work_owner, proof)
+  SELECT upd.id, :boundary_seq, t.tool_call_id, t.tool_name, t.tool_domain, t.args, t.args_digest,
+         t.status, t.result, t.result_digest, :fence, t.suspension, t.invocation_id, t.work_owner, t.proof
+  FROM upd, {_TOOL_COLUMNS}""",
+)
+
+# A resume completes the suspended round and its suspended calls in place (guarded by
+# their 'suspend' / 'suspended' state); a call that suspends again gets a new invocation
+# id, fence and proof.
+COMMIT_RESUME_SQL = _commit_sql(
+    round_row="""
+  UPDATE rounds SET outcome = :outcome, resume_fence = :fence,
+    resumed_at = CASE WHEN :outcome <> 'suspend' THEN now() END
+  FROM upd WHERE rounds.run_id = upd.id AND rounds.boundary_seq = :boundary_seq AND rounds.outcome = 'suspend'""",
+    tool_rows=f"""
+  UPDATE tool_invocations AS ti SET status = t.status, result = t.result, result_digest = t.result_digest,
+    claim_fence = :fence, invocation_id = t.invocation_id, proof = coalesce(t.proof, ti.proof),
+    suspension = coalesce(t.suspension, ti.suspension)
+  FROM upd, {_TOOL_COLUMNS}
+  WHERE ti.run_id = upd.id AND ti.invocation_id = t.resumes_invocation_id AND ti.status = 'suspended'""",
 )
 
 
@@ -63,7 +94,7 @@ class RoundRecord:
     run_id: UUID
     boundary_seq: int
     fence: int
-    outcome: str  # continue | finish | fail
+    outcome: str  # continue | finish | fail | suspend
     status: str  # the run's status after the round
     terminal: bool
     output: str | None
@@ -75,6 +106,8 @@ class RoundRecord:
     accepted_response_digest: str | None
     tool_fingerprint: str | None
     repeat_count: int
+    proof: str | None
+    resumed: bool  # True: completes the suspended round (COMMIT_RESUME_SQL)
     messages: list[dict[str, Any]]  # {position, body, chain_digest}
     tools: list[dict[str, Any]]  # tool_invocations columns
     events: list[dict[str, Any]]  # {kind, data}
@@ -82,7 +115,7 @@ class RoundRecord:
 
 def _commit_txn(conn: Connection, record: RoundRecord) -> UUID | None:
     row = conn.execute(
-        COMMIT_ROUND_SQL,
+        COMMIT_RESUME_SQL if record.resumed else COMMIT_ROUND_SQL,
         {
             "run_id": record.run_id,
             "fence": record.fence,
@@ -99,6 +132,7 @@ def _commit_txn(conn: Connection, record: RoundRecord) -> UUID | None:
             "accepted_response_digest": record.accepted_response_digest,
             "tool_fingerprint": record.tool_fingerprint,
             "repeat_count": record.repeat_count,
+            "proof": record.proof,
             "messages": json.dumps(record.messages),
             "tools": json.dumps(record.tools),
             "events": json.dumps(record.events),

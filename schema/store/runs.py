@@ -14,9 +14,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, TextClause, text
 
 from schema.store.errors import FenceLost, RootNotFound, RunNotFound
+from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
 from schema.wire import RunRequest, RunStatus, RunView
 
@@ -33,8 +34,11 @@ _NEXT_IN_ROOT = """
      ORDER BY n.root_seq LIMIT 1)
 """
 
-CLAIM_SQL = text(
-    f"""
+
+def _claim_sql(guard: str) -> TextClause:
+    """The claim statement, with the condition that distinguishes a round from a resume."""
+    return text(
+        f"""
 WITH claimed AS (
   UPDATE runs SET
     claim_fence = claim_fence + 1,
@@ -48,19 +52,46 @@ WITH claimed AS (
     AND status IN ('queued', 'running')
     AND (lease_expires_at IS NULL OR lease_expires_at < now())
     AND NOT {_EARLIER_ACTIVE.format(alias="runs")}
-  RETURNING id, root_id, claim_fence, round_attempts,
+    AND {guard}
+  RETURNING id, root_id, owner, claim_fence, round_attempts,
     CASE WHEN :cold THEN input END AS input,
     CASE WHEN :cold THEN config END AS config
 )
 SELECT claimed.*,
-  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, m.body) ORDER BY m.position), CAST('[]' AS jsonb))
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, m.body, {_DURABLE_READS}) ORDER BY m.position),
+                   CAST('[]' AS jsonb))
    FROM messages AS m
    WHERE m.root_id = claimed.root_id AND m.position > :after_position) AS new_messages,
   previous.tool_fingerprint AS previous_fingerprint,
-  coalesce(previous.repeat_count, 0) AS previous_repeat_count
+  coalesce(previous.repeat_count, 0) AS previous_repeat_count,
+  CASE WHEN previous.run_id IS NOT NULL THEN jsonb_build_object(
+    'claim_fence', previous.claim_fence, 'system_digest', previous.system_digest,
+    'messages_digest', previous.messages_digest, 'tools_digest', previous.tools_digest,
+    'accepted_response_digest', previous.accepted_response_digest, 'proof', previous.proof) END AS previous_round
 FROM claimed
 LEFT JOIN rounds AS previous ON previous.run_id = claimed.id AND previous.boundary_seq = :boundary_seq - 1
 """
+    )
+
+
+# The bodies of a read_files result are joined in from the durable store, never stored
+# in the message itself.
+_DURABLE_READS = """CASE WHEN m.role = 'tool' AND m.body->>'name' = 'read_files' THEN
+      (SELECT jsonb_object_agg(lr.path, lr.content) FROM local_reads AS lr
+       WHERE lr.run_id = m.run_id AND lr.tool_call_id = m.body->>'tool_call_id') END"""
+
+# A round stored at the claimed boundary is a suspended one: only its resume may go on.
+CLAIM_ROUND_SQL = _claim_sql(
+    "NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq)"
+)
+# A resume claims only the very suspension it was checked against: the suspended round is
+# there, and its suspended calls are exactly those (their ids change with every claim).
+CLAIM_RESUME_SQL = _claim_sql(
+    """EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq
+                 AND r.outcome = 'suspend')
+    AND (SELECT array_agg(ti.invocation_id ORDER BY ti.invocation_id) FROM tool_invocations AS ti
+         WHERE ti.run_id = runs.id AND ti.boundary_seq = runs.boundary_seq AND ti.status = 'suspended')
+        = CAST(:invocation_ids AS text[])"""
 )
 
 
@@ -68,46 +99,60 @@ LEFT JOIN rounds AS previous ON previous.run_id = claimed.id AND previous.bounda
 class Claim:
     run_id: UUID
     root_id: UUID
+    owner: str
     fence: int
     boundary_seq: int
     attempt: int
     input: str | None  # only on a cold claim
     config: dict[str, Any] | None  # only on a cold claim
-    new_messages: list[tuple[int, dict[str, Any]]]  # (position, body), committed since after_position
+    # (position, body, durable read bodies by path or None), committed since after_position
+    new_messages: list[tuple[int, dict[str, Any], dict[str, str] | None]]
     previous_fingerprint: str | None  # the previous round's breaker state
     previous_repeat_count: int
+    previous_round: dict[str, Any] | None  # the previous round's projection fields and proof
 
 
 def claim_round(
-    engine: Engine, run_id: UUID, boundary_seq: int, *, lease_s: float, after_position: int, cold: bool
+    engine: Engine,
+    run_id: UUID,
+    boundary_seq: int,
+    *,
+    lease_s: float,
+    after_position: int,
+    cold: bool,
+    resume_of: list[str] | None = None,
 ) -> Claim | None:
-    """Claim the run for round ``boundary_seq``; ``None`` when it is not claimable
+    """Claim the run for round ``boundary_seq`` (or, with ``resume_of``, for resuming the
+    suspended calls with those invocation ids); ``None`` when it is not claimable
     (already done, leased by another holder, not its Root's turn, or gone)."""
+    params = {
+        "run_id": run_id,
+        "boundary_seq": boundary_seq,
+        "lease_s": lease_s,
+        "after_position": after_position,
+        "cold": cold,
+    }
+    statement = CLAIM_ROUND_SQL
+    if resume_of is not None:
+        statement, params["invocation_ids"] = CLAIM_RESUME_SQL, sorted(resume_of)
 
     def _txn(conn: Connection) -> Claim | None:
-        row = conn.execute(
-            CLAIM_SQL,
-            {
-                "run_id": run_id,
-                "boundary_seq": boundary_seq,
-                "lease_s": lease_s,
-                "after_position": after_position,
-                "cold": cold,
-            },
-        ).one_or_none()
+        row = conn.execute(statement, params).one_or_none()
         if row is None:
             return None
         return Claim(
             run_id=row.id,
             root_id=row.root_id,
+            owner=row.owner,
             fence=row.claim_fence,
             boundary_seq=boundary_seq,
             attempt=row.round_attempts,
             input=row.input,
             config=row.config,
-            new_messages=[(p, b) for p, b in row.new_messages],
+            new_messages=[(p, b, reads) for p, b, reads in row.new_messages],
             previous_fingerprint=row.previous_fingerprint,
             previous_repeat_count=row.previous_repeat_count,
+            previous_round=row.previous_round,
         )
 
     return run_transaction(engine, _txn, name="claim_round", single_statement=True)
@@ -178,8 +223,7 @@ def submit_run(engine: Engine, request: RunRequest, config: dict[str, Any]) -> S
         conn.execute(text("INSERT INTO run_checkpoints (run_id) VALUES (:id)"), {"id": run_id})
         conn.execute(
             text(
-                "INSERT INTO run_events (run_id, seq, kind, data) "
-                "VALUES (:id, 1, 'run_queued', CAST(:data AS jsonb))"
+                "INSERT INTO run_events (run_id, seq, kind, data) VALUES (:id, 1, 'run_queued', CAST(:data AS jsonb))"
             ),
             {"id": run_id, "data": json.dumps({"root_id": str(root_id), "root_seq": root_seq})},
         )
@@ -208,8 +252,16 @@ SELECT upd.id, {_NEXT_IN_ROOT.format(alias="upd")} AS next_run_id FROM upd
 )
 
 
-def _end_run(engine: Engine, run_id: UUID, *, fence: int | None, status: RunStatus, error_code: str,
-             message: str, event_kind: str) -> tuple[bool, UUID | None]:
+def _end_run(
+    engine: Engine,
+    run_id: UUID,
+    *,
+    fence: int | None,
+    status: RunStatus,
+    error_code: str,
+    message: str,
+    event_kind: str,
+) -> tuple[bool, UUID | None]:
     def _txn(conn: Connection) -> tuple[bool, UUID | None]:
         row = conn.execute(
             _END_RUN_SQL,
@@ -232,7 +284,12 @@ def _end_run(engine: Engine, run_id: UUID, *, fence: int | None, status: RunStat
 def fail_claimed_run(engine: Engine, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:
     """Fail a run the caller holds (fenced). Returns the next queued run of its Root."""
     ended, next_run_id = _end_run(
-        engine, run_id, fence=fence, status=RunStatus.FAILED, error_code=error_code, message=message,
+        engine,
+        run_id,
+        fence=fence,
+        status=RunStatus.FAILED,
+        error_code=error_code,
+        message=message,
         event_kind="run_failed",
     )
     if not ended:
@@ -244,8 +301,13 @@ def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, UUID | None]:
     """Cancel a run that has not ended. The fence is bumped, so a worker in the middle of
     a round cannot commit it. Returns (cancelled, next queued run of the Root)."""
     return _end_run(
-        engine, run_id, fence=None, status=RunStatus.CANCELLED, error_code="CANCELLED",
-        message="cancelled by request", event_kind="run_cancelled",
+        engine,
+        run_id,
+        fence=None,
+        status=RunStatus.CANCELLED,
+        error_code="CANCELLED",
+        message="cancelled by request",
+        event_kind="run_cancelled",
     )
 
 
@@ -305,19 +367,22 @@ WITH due AS (
   FOR UPDATE SKIP LOCKED
 )
 UPDATE runs SET dispatched_at = now() FROM due WHERE runs.id = due.id
-RETURNING runs.id, runs.boundary_seq
+RETURNING runs.id, runs.boundary_seq,
+  EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq) AS resume
 """
 )
 
 
-def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int]]:
+def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int, bool]]:
     """Runs that should be executing but have no live task: their lease expired (a
     crashed or paused worker) or their last task was sent more than ``grace_s`` ago and
-    never claimed (a lost message). Marks them dispatched now; the caller sends tasks."""
+    never claimed (a lost message). Marks them dispatched now; the caller sends tasks.
+    Each is ``(run_id, boundary_seq, resume)``: ``resume`` when the round at that
+    boundary is a suspended one whose inputs have all arrived."""
 
-    def _txn(conn: Connection) -> list[tuple[UUID, int]]:
+    def _txn(conn: Connection) -> list[tuple[UUID, int, bool]]:
         result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit})
-        return [(r.id, r.boundary_seq) for r in result]
+        return [(r.id, r.boundary_seq, r.resume) for r in result]
 
     return run_transaction(engine, _txn, name="reconcile", single_statement=True)
 
@@ -336,9 +401,10 @@ def get_run_view(engine: Engine, run_id: UUID) -> RunView:
             ),
             {"run_id": run_id},
         ).one_or_none()
-    if row is None:
-        raise RunNotFound(run_id)
-    return RunView.model_validate(dict(row._mapping))
+        if row is None:
+            raise RunNotFound(run_id)
+        waiting = waiting_for(conn, run_id) if row.status in ("suspended", "running") else []
+    return RunView.model_validate({**row._mapping, "waiting_for": waiting})
 
 
 def run_status(engine: Engine, run_id: UUID) -> tuple[RunStatus, datetime | None]:

@@ -43,7 +43,7 @@ def record(c: Claim, *, outcome: str = "finish", status: str = "completed") -> R
         run_id=c.run_id, boundary_seq=c.boundary_seq, fence=c.fence, outcome=outcome, status=status,
         terminal=status in ("completed", "failed"), output="done" if status == "completed" else None,
         error_code=None, error_message=None, system_digest="s", messages_digest="m", tools_digest="t",
-        accepted_response_digest="r", tool_fingerprint=None, repeat_count=0,
+        accepted_response_digest="r", tool_fingerprint=None, repeat_count=0, proof="p", resumed=False,
         messages=[
             {"position": 0, "body": {"role": "user", "content": "go"}, "chain_digest": "d0"},
             {"position": 1, "body": {"role": "assistant", "content": "done"}, "chain_digest": "d1"},
@@ -146,8 +146,8 @@ def test_reconcile_finds_expired_leases_and_lost_messages_but_not_live_runs(engi
     expire_lease(engine, crashed.run_id)
     with engine.begin() as conn:
         conn.execute(text("UPDATE runs SET dispatched_at = now() - interval '1 minute'"))
-    due = dict(run_store.due_for_dispatch(engine, grace_s=5))
-    assert due == {lost.run_id: 0, crashed.run_id: 0}
+    due = {run_id: (boundary, resume) for run_id, boundary, resume in run_store.due_for_dispatch(engine, grace_s=5)}
+    assert due == {lost.run_id: (0, False), crashed.run_id: (0, False)}
     # Marked as dispatched: a second reconciler right after finds nothing to send.
     assert run_store.due_for_dispatch(engine, grace_s=5) == []
 
@@ -163,7 +163,7 @@ def test_later_run_of_a_root_waits_for_the_earlier_one(engine: Engine) -> None:
     assert next_run == second.run_id
     # The Root's next run reads the messages the first one wrote (a warm claim loads the delta).
     c2 = run_store.claim_round(engine, second.run_id, 0, lease_s=30, after_position=0, cold=False)
-    assert c2 is not None and [p for p, _ in c2.new_messages] == [1]
+    assert c2 is not None and [p for p, _, _ in c2.new_messages] == [1]
     assert c2.input is None and c2.config is None  # warm claims do not ship the config again
 
 

@@ -38,7 +38,16 @@ def test_registry_refuses_a_tool_registered_twice() -> None:
 
     with pytest.raises(ValueError, match="'add'"):
         registry.register(BUILTIN_TOOLS[1])
-    assert registry.names() == ["add", "echo", "local_echo", "sleep", "text_blob"]
+    assert registry.names() == [
+        "add",
+        "await_prerequisite",
+        "count_words",
+        "echo",
+        "local_echo",
+        "read_files",
+        "sleep",
+        "text_blob",
+    ]
     assert registry.get("missing") is None
 
 
@@ -51,19 +60,21 @@ def test_tool_spec_shows_the_args_schema() -> None:
 
 
 def test_a_tool_failed_from_the_handler_is_a_failed_result_with_its_code() -> None:
-    def handler(args: AddArgs) -> dict[str, float]:
+    def handler(args: AddArgs, inputs: object) -> dict[str, float]:
         raise ToolFailed("nope")
 
     tool = Tool("bad", "fails", AddArgs, ToolDomain.LOCAL, handler)
     assert ToolRegistry([tool]).get("bad") is tool
-    assert tool.run({"a": 1, "b": 2}) == ("failed", {"error": {"code": "TOOL_FAILED", "message": "nope"}})
+    outcome = tool.run({"a": 1, "b": 2})
+    assert (outcome.status, outcome.result) == ("failed", {"error": {"code": "TOOL_FAILED", "message": "nope"}})
 
 
 def test_add_at_run_time_is_lax_but_preparation_is_strict() -> None:
     add = builtin_registry().get("add")
     assert add is not None
 
-    assert add.run({"a": "2", "b": 3}) == ("completed", {"sum": 5.0})
+    outcome = add.run({"a": "2", "b": 3})
+    assert (outcome.status, outcome.result) == ("completed", {"sum": 5.0})
     with pytest.raises(ValueError):
         add.parse_args({"a": "2", "b": 3}, strict=True)
 

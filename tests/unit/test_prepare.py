@@ -208,7 +208,7 @@ def test_unknown_tool_is_refused_naming_the_field_and_the_known_tools() -> None:
     error, _ = _refusal(_set(["config", "tools"], ["add", "web_search"]))
 
     assert error.field == "config.tools[1]"
-    assert "known: add, echo, local_echo, sleep, text_blob" in error.reason
+    assert "known: add, await_prerequisite, count_words, echo, local_echo, read_files, sleep, text_blob" in error.reason
 
 
 def test_provider_not_registered_in_the_runtime_is_refused_naming_the_field() -> None:

@@ -1,0 +1,138 @@
+"""The values a round works on and produces: the run's state going in, and the
+``RoundResult`` coming out (what to persist, and what comes next)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+from uuid import UUID
+
+from runtime.canonical import JSON
+from runtime.messages import Message, ToolCall
+from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection
+from runtime.tools import Suspend, ToolDomain
+
+
+@dataclass(frozen=True)
+class Continue:
+    kind: Literal["continue"] = "continue"
+
+
+@dataclass(frozen=True)
+class Finish:
+    output: str
+    kind: Literal["finish"] = "finish"
+
+
+@dataclass(frozen=True)
+class Fail:
+    error_code: str
+    message: str
+    kind: Literal["fail"] = "fail"
+
+
+@dataclass(frozen=True)
+class Suspended:
+    """Some tool calls of the round wait for input; the run stops consuming a worker."""
+
+    waiting: tuple[ToolCall, ...]
+    kind: Literal["suspend"] = "suspend"
+
+
+RoundOutcome = Continue | Finish | Fail | Suspended
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A new message: ``message`` is stored in full; ``context`` is its context form
+    (what later model calls see); ``chain_digest`` chains the context forms."""
+
+    position: int
+    message: Message
+    context: Message
+    chain_digest: str
+
+
+@dataclass(frozen=True)
+class ToolInvocation:
+    call: ToolCall
+    domain: ToolDomain | None  # None: the model named a tool that is not enabled
+    status: str  # completed | failed | suspended
+    result: JSON  # stored (None while suspended)
+    args_digest: str
+    result_digest: str | None
+    suspend: Suspend | None = None
+    # Set on suspended calls: the proof a resume must match.
+    projection: OwnedToolCallProjection | None = None
+    # Set when a resume re-ran this call: the stored invocation it completes.
+    resumes_invocation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RoundDigests:
+    system: str
+    messages: str
+    tools: str
+    accepted_response: str | None
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    boundary_seq: int
+    outcome: RoundOutcome
+    new_messages: tuple[StoredMessage, ...]
+    tool_invocations: tuple[ToolInvocation, ...]
+    events: tuple[RoundEvent, ...]
+    digests: RoundDigests
+    # Issued by the driver; the caller stores its proof with the round. None for a resume
+    # (it completes a round that already has one).
+    projection: OwnedRoundProjection | None = None
+    # The repeated-call breaker's state after this round (stored with the round).
+    tool_fingerprint: str | None = None
+    repeat_count: int = 0
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a round needs to know about its run: the Root's history so far in context
+    form (as loaded or cached), and where this run stands."""
+
+    input: str
+    boundary_seq: int = 0
+    history: tuple[Message, ...] = ()
+    history_digest: str = ""
+    last_position: int = -1
+    run_id: UUID | None = None
+    claim_fence: int = 0
+    work_owner: str = ""
+    # The previous round's breaker state, from the stored rounds.
+    previous_fingerprint: str | None = None
+    previous_repeat_count: int = 0
+
+    @classmethod
+    def start(cls, text: str) -> RunState:
+        return cls(input=text)
+
+    def after(self, result: RoundResult) -> RunState:
+        """The state after ``result`` is committed (the next round's, unless suspended)."""
+        new = result.new_messages
+        advances = not isinstance(result.outcome, Suspended)
+        return RunState(
+            input=self.input,
+            boundary_seq=self.boundary_seq + (1 if advances else 0),
+            history=self.history + tuple(m.context for m in new),
+            history_digest=new[-1].chain_digest if new else self.history_digest,
+            last_position=new[-1].position if new else self.last_position,
+            run_id=self.run_id,
+            claim_fence=self.claim_fence,
+            work_owner=self.work_owner,
+            previous_fingerprint=result.tool_fingerprint,
+            previous_repeat_count=result.repeat_count,
+        )

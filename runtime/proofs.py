@@ -1,0 +1,105 @@
+"""Round ownership proofs.
+
+A round's projection (``OwnedRoundProjection``: run id, boundary, claim fence and the
+digests of the system prompt, messages, tools and accepted response) and a suspended
+tool call's projection (``OwnedToolCallProjection``) carry an HMAC-SHA256 proof keyed by
+the server secret, so they survive serialization (a Celery message, a database row) and
+nobody without the secret can forge or alter one by guessing text. Inside one process,
+the authority also remembers the projections it issued (a weak-keyed set): a consumer
+that requires ``issued_here`` refuses an object built anywhere else, even with a valid
+proof copied into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import weakref
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from runtime.canonical import canonical_json
+from runtime.errors import AidaworkError
+
+
+class ProjectionRefused(AidaworkError):
+    """A projection's proof does not verify, or it was not issued by this process's
+    driver. Retrying cannot help."""
+
+    code = "ROUND_PROOF_INVALID"
+
+
+@dataclass(frozen=True, eq=False)
+class OwnedRoundProjection:
+    run_id: str
+    boundary_seq: int
+    claim_fence: int
+    system_digest: str
+    messages_digest: str
+    tools_digest: str
+    accepted_response_digest: str | None
+    proof: str
+
+    def fields(self) -> dict[str, Any]:
+        data = asdict(self)
+        del data["proof"]
+        return data
+
+
+@dataclass(frozen=True, eq=False)
+class OwnedToolCallProjection:
+    run_id: str
+    boundary_seq: int
+    claim_fence: int
+    tool_call_id: str
+    tool_domain: str
+    args_digest: str
+    invocation_id: str
+    work_owner: str
+    round_proof: str
+    proof: str
+
+    def fields(self) -> dict[str, Any]:
+        data = asdict(self)
+        del data["proof"]
+        return data
+
+
+class ProofAuthority:
+    """Issues and verifies projections with one server secret."""
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) < 16:
+            raise ValueError("the proof secret must be at least 16 bytes")
+        self._secret = secret
+        self._issued: weakref.WeakSet[object] = weakref.WeakSet()
+
+    def sign(self, kind: str, fields: dict[str, Any]) -> str:
+        message = canonical_json({"kind": kind, "fields": fields}).encode()
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
+
+    def issue_round(self, **fields: Any) -> OwnedRoundProjection:
+        projection = OwnedRoundProjection(**fields, proof=self.sign("round", fields))
+        self._issued.add(projection)
+        return projection
+
+    def issue_tool_call(self, **fields: Any) -> OwnedToolCallProjection:
+        projection = OwnedToolCallProjection(**fields, proof=self.sign("tool_call", fields))
+        self._issued.add(projection)
+        return projection
+
+    def verifies(self, kind: str, fields: dict[str, Any], proof: str) -> bool:
+        return hmac.compare_digest(self.sign(kind, fields), proof)
+
+    def verify_round(self, projection: OwnedRoundProjection) -> None:
+        if not self.verifies("round", projection.fields(), projection.proof):
+            raise ProjectionRefused(
+                f"run {projection.run_id} round {projection.boundary_seq}: the round proof does not verify"
+            )
+
+    def issued_here(self, projection: object) -> bool:
+        return projection in self._issued
+
+    def require_issued(self, projection: object) -> None:
+        if not self.issued_here(projection):
+            raise ProjectionRefused("the projection was not issued by this process's driver")

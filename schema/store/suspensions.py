@@ -1,0 +1,274 @@
+"""Suspensions: what a suspended round waits for, delivering durable local reads and
+resolving prerequisites, and the material a resume needs.
+
+A delivery is one transaction that locks the run row: it refuses anything the run is not
+waiting for (and changes nothing), stores the input, and when the last missing input of
+the suspended round has arrived, makes the run ready to resume (``running``) and returns
+the resumes to dispatch after the commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine, text
+
+from runtime.errors import AidaworkError
+from schema.store.errors import RunNotFound
+from schema.store.tx import run_transaction
+from schema.wire import OriginalToolRoundResume, WaitingFor
+
+
+class DeliveryRefused(AidaworkError):
+    """The run is not waiting for this input, or the input is not what was asked for.
+    Nothing was stored."""
+
+    code = "DELIVERY_REFUSED"
+
+    def __init__(self, run_id: UUID, message: str) -> None:
+        super().__init__(f"run {run_id}: {message}")
+        self.run_id = run_id
+
+
+@dataclass(frozen=True)
+class Receipt:
+    stored: bool  # False: this exact input was already there (idempotent repeat)
+    resumes: list[OriginalToolRoundResume]  # non-empty: the run is ready; dispatch these
+
+
+def file_digest(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+_SUSPENDED_CALLS_SQL = text(
+    """
+SELECT ti.tool_call_id, ti.tool_name, ti.tool_domain, ti.args, ti.args_digest, ti.invocation_id,
+       ti.work_owner, ti.claim_fence, ti.proof, ti.suspension, rd.proof AS round_proof,
+       CASE ti.suspension->>'kind'
+         WHEN 'local_read' THEN (SELECT count(*) FROM local_reads AS lr
+                                 WHERE lr.run_id = ti.run_id AND lr.tool_call_id = ti.tool_call_id)
+                                = jsonb_array_length(ti.suspension->'paths')
+         ELSE EXISTS (SELECT 1 FROM prerequisites AS p WHERE p.run_id = ti.run_id AND p.key = ti.suspension->>'key')
+       END AS delivered
+FROM runs AS r
+JOIN rounds AS rd ON rd.run_id = r.id AND rd.boundary_seq = r.boundary_seq AND rd.outcome = 'suspend'
+JOIN tool_invocations AS ti ON ti.run_id = r.id AND ti.boundary_seq = r.boundary_seq AND ti.status = 'suspended'
+WHERE r.id = :run_id
+ORDER BY ti.id
+"""
+)
+
+
+def _suspended_calls(conn: Connection, run_id: UUID) -> list[Any]:
+    return list(conn.execute(_SUSPENDED_CALLS_SQL, {"run_id": run_id}))
+
+
+def _resume_of(run_id: UUID, boundary_seq: int, row: Any) -> OriginalToolRoundResume:
+    return OriginalToolRoundResume(
+        run_id=run_id,
+        invocation_id=row.invocation_id,
+        boundary_seq=boundary_seq,
+        tool_call_id=row.tool_call_id,
+        tool_domain=row.tool_domain,
+        args_digest=row.args_digest,
+        work_owner=row.work_owner,
+        claim_fence=row.claim_fence,
+        round_proof=row.round_proof,
+        proof=row.proof,
+    )
+
+
+def waiting_for(conn: Connection, run_id: UUID) -> list[WaitingFor]:
+    return [
+        WaitingFor(
+            tool_call_id=row.tool_call_id,
+            tool_name=row.tool_name,
+            kind=row.suspension["kind"],
+            paths=row.suspension.get("paths"),
+            key=row.suspension.get("key"),
+            delivered=row.delivered,
+        )
+        for row in _suspended_calls(conn, run_id)
+    ]
+
+
+def _lock_run(conn: Connection, run_id: UUID) -> Any:
+    row = conn.execute(
+        text("SELECT status, boundary_seq FROM runs WHERE id = :id FOR UPDATE"), {"id": run_id}
+    ).one_or_none()
+    if row is None:
+        raise RunNotFound(run_id)
+    return row
+
+
+def _ready_resumes(conn: Connection, run_id: UUID, run: Any, event: dict[str, Any]) -> list[OriginalToolRoundResume]:
+    """Record the delivery event; if the round has all its inputs now, make the run
+    ready to resume and return the resumes."""
+    calls = _suspended_calls(conn, run_id)
+    ready = run.status == "suspended" and calls and all(c.delivered for c in calls)
+    conn.execute(
+        text(
+            "WITH upd AS (UPDATE runs SET event_seq = event_seq + 1, updated_at = now(), "
+            "  status = CASE WHEN :ready THEN 'running' ELSE status END, "
+            "  dispatched_at = CASE WHEN :ready THEN now() ELSE dispatched_at END "
+            "  WHERE id = :id RETURNING event_seq) "
+            "INSERT INTO run_events (run_id, seq, kind, data) "
+            "SELECT :id, event_seq, 'input_delivered', CAST(:data AS jsonb) FROM upd"
+        ),
+        {"id": run_id, "ready": bool(ready), "data": json.dumps({**event, "resumable": bool(ready)})},
+    )
+    return [_resume_of(run_id, run.boundary_seq, c) for c in calls] if ready else []
+
+
+def deliver_local_read(
+    engine: Engine, run_id: UUID, tool_call_id: str, files: dict[str, str], *, max_file_bytes: int
+) -> Receipt:
+    def _txn(conn: Connection) -> Receipt:
+        run = _lock_run(conn, run_id)
+        call = conn.execute(
+            text(
+                "SELECT status, suspension, boundary_seq FROM tool_invocations "
+                "WHERE run_id = :id AND tool_call_id = :call"
+            ),
+            {"id": run_id, "call": tool_call_id},
+        ).one_or_none()
+        if call is None or call.suspension is None or call.suspension["kind"] != "local_read":
+            raise DeliveryRefused(run_id, f"it is not waiting for files for tool call {tool_call_id!r}")
+        asked = list(call.suspension["paths"])
+        if sorted(files) != sorted(asked):
+            raise DeliveryRefused(
+                run_id, f"tool call {tool_call_id!r} asked for paths {sorted(asked)}, got {sorted(files)}"
+            )
+        for path, content in files.items():
+            size = len(content.encode())
+            if size > max_file_bytes:
+                raise DeliveryRefused(
+                    run_id,
+                    f"{path}: {size} bytes is over the limit of {max_file_bytes} (AIDAWORK_MAX_LOCAL_READ_BYTES)",
+                )
+        digests = {path: file_digest(content) for path, content in files.items()}
+        stored: dict[str, str] = dict(
+            conn.execute(
+                text("SELECT path, digest FROM local_reads WHERE run_id = :id AND tool_call_id = :call"),
+                {"id": run_id, "call": tool_call_id},
+            ).all()
+        )
+        if stored:
+            if stored != digests:
+                raise DeliveryRefused(run_id, f"different content was already delivered for {tool_call_id!r}")
+            return Receipt(stored=False, resumes=[])  # the same delivery again: nothing to do
+        if call.status != "suspended" or call.boundary_seq != run.boundary_seq:
+            raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} is no longer waiting")
+        conn.execute(
+            text(
+                "INSERT INTO local_reads (run_id, tool_call_id, path, content, digest, size_bytes) "
+                "VALUES (:id, :call, :path, :content, :digest, :size)"
+            ),
+            [
+                {
+                    "id": run_id,
+                    "call": tool_call_id,
+                    "path": p,
+                    "content": c,
+                    "digest": digests[p],
+                    "size": len(c.encode()),
+                }
+                for p, c in files.items()
+            ],
+        )
+        event = {
+            "tool_call_id": tool_call_id,
+            "kind": "local_read",
+            "files": [{"path": p, "digest": d} for p, d in sorted(digests.items())],
+        }
+        return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
+
+    return run_transaction(engine, _txn, name="deliver_local_read")
+
+
+def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: Any) -> Receipt:
+    def _txn(conn: Connection) -> Receipt:
+        run = _lock_run(conn, run_id)
+        existing = conn.execute(
+            text("SELECT value FROM prerequisites WHERE run_id = :id AND key = :key"), {"id": run_id, "key": key}
+        ).one_or_none()
+        if existing is not None:
+            if existing.value != value:
+                raise DeliveryRefused(run_id, f"prerequisite {key!r} was already resolved with another value")
+            return Receipt(stored=False, resumes=[])
+        waiting = [
+            c
+            for c in _suspended_calls(conn, run_id)
+            if c.suspension["kind"] == "prerequisite" and c.suspension["key"] == key
+        ]
+        if not waiting:
+            raise DeliveryRefused(run_id, f"it is not waiting for prerequisite {key!r}")
+        conn.execute(
+            text("INSERT INTO prerequisites (run_id, key, value) VALUES (:id, :key, CAST(:value AS jsonb))"),
+            {"id": run_id, "key": key, "value": json.dumps(value)},
+        )
+        event = {"kind": "prerequisite", "key": key, "tool_call_ids": [c.tool_call_id for c in waiting]}
+        return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
+
+    return run_transaction(engine, _txn, name="resolve_prerequisite")
+
+
+def pending_resumes(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResume]:
+    """The resumes of a run that is ready to resume (for the reconciler)."""
+    with engine.connect() as conn:
+        run = conn.execute(text("SELECT boundary_seq FROM runs WHERE id = :id"), {"id": run_id}).one_or_none()
+        if run is None:
+            return []
+        return [_resume_of(run_id, run.boundary_seq, c) for c in _suspended_calls(conn, run_id)]
+
+
+@dataclass(frozen=True)
+class SuspensionMaterial:
+    """What a resume needs, read before it claims: the suspended round's digests, its
+    suspended calls (with their stored projections) and the inputs delivered."""
+
+    run_status: str
+    boundary_seq: int
+    digests: dict[str, Any]  # the suspended round's claim_fence, proof and four digests
+    calls: list[dict[str, Any]]
+    files: dict[str, dict[str, dict[str, Any]]]  # tool_call_id -> path -> {content, digest, size_bytes}
+    prerequisites: dict[str, Any]
+
+
+def load_suspension(engine: Engine, run_id: UUID, boundary_seq: int) -> SuspensionMaterial | None:
+    def _txn(conn: Connection) -> SuspensionMaterial | None:
+        run = conn.execute(
+            text(
+                "SELECT r.status, rd.claim_fence, rd.proof, rd.system_digest, rd.messages_digest, rd.tools_digest, "
+                "rd.accepted_response_digest "
+                "FROM runs r JOIN rounds rd ON rd.run_id = r.id AND rd.boundary_seq = :b AND rd.outcome = 'suspend' "
+                "WHERE r.id = :id AND r.boundary_seq = :b"
+            ),
+            {"id": run_id, "b": boundary_seq},
+        ).one_or_none()
+        if run is None:
+            return None
+        calls = [
+            {**row._mapping, "resume": _resume_of(run_id, boundary_seq, row)} for row in _suspended_calls(conn, run_id)
+        ]
+        files: dict[str, dict[str, dict[str, Any]]] = {}
+        for row in conn.execute(
+            text("SELECT tool_call_id, path, content, digest, size_bytes FROM local_reads WHERE run_id = :id"),
+            {"id": run_id},
+        ):
+            files.setdefault(row.tool_call_id, {})[row.path] = {
+                "content": row.content,
+                "digest": row.digest,
+                "size_bytes": row.size_bytes,
+            }
+        prerequisites: dict[str, Any] = dict(
+            conn.execute(text("SELECT key, value FROM prerequisites WHERE run_id = :id"), {"id": run_id}).all()
+        )
+        digests = {k: v for k, v in run._mapping.items() if k != "status"}
+        return SuspensionMaterial(run.status, boundary_seq, digests, calls, files, prerequisites)
+
+    return run_transaction(engine, _txn, isolation_level="REPEATABLE READ", name="load_suspension")

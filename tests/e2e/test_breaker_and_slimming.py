@@ -1,0 +1,206 @@
+"""The repeated-call breaker and context slimming through real worker processes.
+
+- A model repeating the same echo round is stopped at exactly the limit, with the count
+  carried in the rounds table while the run moves between two workers.
+- The same script on a ``local`` tool is not stopped by the breaker.
+- A 1 MB tool output is stored whole (invocation, event, message), while the model's
+  next input is the slimmed form: small in the ledger, and the round's messages digest
+  is the chain of the slimmed context, recomputable from the stored bodies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL
+from runtime.config import MAX_TOOL_OUTPUT_BYTES
+from runtime.context import context_chain, slim_tool_results_for_next_round
+from runtime.loop import MAX_ROUNDS_EXCEEDED
+from runtime.messages import Message
+from tests.conftest import Cluster, rows, scripted_request
+from tests.e2e.helpers import events, model_calls, round_rows, wait_ready, wait_terminal
+from worker import client
+
+ECHO_ARGS = {"q": "same again", "n": 2}
+ECHO_TURN = {"tool_calls": [{"name": "echo", "args": ECHO_ARGS}]}
+LOCAL_ECHO_TURN = {"tool_calls": [{"name": "local_echo", "args": ECHO_ARGS}]}
+WAIT_S = 30.0
+
+
+def _request(turns: list[dict[str, Any]], *, tools: list[str], max_rounds: int = 50,
+             **policy: Any) -> dict[str, Any]:
+    raw = scripted_request(turns, tools=tools, max_rounds=max_rounds)
+    raw["config"]["policy"].update(policy)
+    return raw
+
+
+def _run_events(ctx, run_id) -> list[dict[str, Any]]:
+    return rows(ctx.engine, "SELECT seq, kind, data FROM run_events WHERE run_id = :id ORDER BY seq", id=run_id)
+
+
+def _committers(cluster: Cluster, run_id, names: tuple[str, ...]) -> dict[int, str]:
+    """Which worker committed each round of the run (from its logs)."""
+    out: dict[int, str] = {}
+    for name in names:
+        for line in events(cluster, name, "round_committed", run_id=run_id):
+            assert line["boundary_seq"] not in out, f"round {line['boundary_seq']} committed twice"
+            out[line["boundary_seq"]] = name
+    return out
+
+
+# --- (1) the breaker across two workers ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [None, 5], ids=["default-limit-3", "limit-5"])
+def test_identical_echo_rounds_are_stopped_at_exactly_the_limit_across_two_workers(
+    cluster: Cluster, ctx, limit: int | None
+) -> None:
+    # One thread each: the next round's task is sent while the committing worker still
+    # holds its only slot, so rounds move between the two processes.
+    cluster.start_worker("w1", concurrency=1)
+    cluster.start_worker("w2", concurrency=1)
+    wait_ready(cluster, "w1", "w2")
+    expected = limit or 3
+    policy = {} if limit is None else {"repeated_tool_call_limit": limit}
+
+    submitted = client.submit(_request([ECHO_TURN] * 20, tools=["echo", "local_echo"], **policy), ctx=ctx)
+    run = wait_terminal(ctx.engine, submitted.run_id, timeout_s=WAIT_S)
+
+    assert run["status"] == "failed", run
+    assert run["error_code"] == REPEATED_IDENTICAL_TOOL_CALL
+    assert "echo" in run["error_message"]
+    assert f"{expected} times" in run["error_message"]
+    assert run["boundary_seq"] == expected
+
+    rounds = round_rows(ctx.engine, submitted.run_id)
+    assert [r["boundary_seq"] for r in rounds] == list(range(expected))
+    assert [r["repeat_count"] for r in rounds] == list(range(1, expected + 1))
+    assert [r["outcome"] for r in rounds] == ["continue"] * (expected - 1) + ["fail"]
+    fingerprints = {r["tool_fingerprint"] for r in rounds}
+    assert len(fingerprints) == 1 and len(next(iter(fingerprints))) == 64
+
+    calls = model_calls(ctx.engine, submitted.run_id)
+    assert [(c["boundary_seq"], c["status"]) for c in calls] == [(b, "succeeded") for b in range(expected)]
+    invocations = rows(ctx.engine, "SELECT boundary_seq, tool_name, result FROM tool_invocations "
+                                   "WHERE run_id = :id ORDER BY boundary_seq", id=submitted.run_id)
+    assert [(i["boundary_seq"], i["tool_name"], i["result"]) for i in invocations] == [
+        (b, "echo", ECHO_ARGS) for b in range(expected)
+    ]
+
+    evs = _run_events(ctx, submitted.run_id)
+    kinds = [e["kind"] for e in evs]
+    assert kinds.count("breaker_tripped") == 1
+    assert kinds.count("model_responded") == expected
+    assert kinds[-2:] == ["breaker_tripped", "run_failed"]
+    assert evs[-2]["data"] == {"tools": ["echo"], "repeat_count": expected}
+    assert evs[-1]["data"] == {"error_code": REPEATED_IDENTICAL_TOOL_CALL, "message": run["error_message"]}
+    assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+
+    # The count really travelled between processes: both workers committed rounds.
+    committers = _committers(cluster, submitted.run_id, ("w1", "w2"))
+    assert sorted(committers) == list(range(expected))
+    assert set(committers.values()) == {"w1", "w2"}, committers
+
+
+# --- (2) a local tool is not the breaker's business --------------------------------------------
+
+
+def test_identical_local_echo_rounds_are_not_stopped_by_the_breaker(cluster: Cluster, ctx) -> None:
+    cluster.start_worker("w1", concurrency=2)
+    wait_ready(cluster, "w1")
+
+    to_max = client.submit(_request([LOCAL_ECHO_TURN] * 20, tools=["echo", "local_echo"], max_rounds=6), ctx=ctx)
+    to_end = client.submit(
+        _request([LOCAL_ECHO_TURN] * 5 + [{"content": "done"}], tools=["local_echo"], repeated_tool_call_limit=2),
+        ctx=ctx,
+    )
+    run = wait_terminal(ctx.engine, to_max.run_id, timeout_s=WAIT_S)
+    finished = wait_terminal(ctx.engine, to_end.run_id, timeout_s=WAIT_S)
+
+    assert run["status"] == "failed", run
+    assert run["error_code"] == MAX_ROUNDS_EXCEEDED
+    assert run["boundary_seq"] == 6
+    assert finished["status"] == "completed", finished
+    assert finished["output"] == "done"
+    assert finished["boundary_seq"] == 6
+
+    for run_id, n in ((to_max.run_id, 6), (to_end.run_id, 6)):
+        rounds = round_rows(ctx.engine, run_id)
+        assert len(rounds) == n
+        assert [r["repeat_count"] for r in rounds] == [0] * n
+        assert [r["tool_fingerprint"] for r in rounds] == [None] * n
+        assert len(model_calls(ctx.engine, run_id)) == n
+        assert "breaker_tripped" not in [e["kind"] for e in _run_events(ctx, run_id)]
+    domains = rows(ctx.engine, "SELECT DISTINCT tool_domain FROM tool_invocations WHERE run_id = :id",
+                   id=to_max.run_id)
+    assert domains == [{"tool_domain": "local"}]
+
+
+# --- (3) a 1 MB tool output: stored whole, slimmed in the next context -------------------------
+
+MB = 1_000_000
+
+
+def test_a_one_megabyte_tool_output_is_stored_whole_and_slimmed_in_the_next_model_context(
+    cluster: Cluster, ctx
+) -> None:
+    cluster.start_worker("w1", concurrency=1)
+    cluster.start_worker("w2", concurrency=1)
+    wait_ready(cluster, "w1", "w2")
+
+    script = [{"tool_calls": [{"name": "text_blob", "args": {"size_bytes": MB}}]}, {"content": "read it"}]
+    submitted = client.submit(_request(script, tools=["text_blob", "echo"]), ctx=ctx)
+    run = wait_terminal(ctx.engine, submitted.run_id, timeout_s=WAIT_S)
+    assert run["status"] == "completed", run
+    assert run["output"] == "read it"
+    full = {"text": "x" * MB}
+
+    # The invocation row, the event and the stored message keep every byte.
+    (invocation,) = rows(
+        ctx.engine,
+        "SELECT tool_call_id, status, result, octet_length(result->>'text') AS n FROM tool_invocations "
+        "WHERE run_id = :id",
+        id=submitted.run_id,
+    )
+    assert (invocation["tool_call_id"], invocation["status"], invocation["n"]) == ("call_0_0", "completed", MB)
+    assert invocation["result"] == full
+    (event,) = [e for e in _run_events(ctx, submitted.run_id) if e["kind"] == "tool_completed"]
+    assert event["data"] == {"tool_call_id": "call_0_0", "name": "text_blob", "status": "completed", "result": full}
+    messages = rows(
+        ctx.engine,
+        "SELECT position, boundary_seq, body, chain_digest, octet_length(body->'result'->>'text') AS n "
+        "FROM messages WHERE root_id = :root ORDER BY position",
+        root=submitted.root_id,
+    )
+    assert [(m["position"], m["boundary_seq"], m["body"]["role"]) for m in messages] == [
+        (0, 0, "user"), (1, 0, "assistant"), (2, 0, "tool"), (3, 1, "assistant")
+    ]
+    assert messages[2]["n"] == MB
+    assert messages[2]["body"] == {"role": "tool", "tool_call_id": "call_0_0", "name": "text_blob", "result": full}
+
+    # The model's input in round 1 was the slimmed context: a few thousand tokens, where
+    # the full output alone is 250,000.
+    calls = model_calls(ctx.engine, submitted.run_id)
+    assert [c["boundary_seq"] for c in calls] == [0, 1]
+    assert Message.from_json(messages[2]["body"]).token_count > 250_000
+    assert calls[1]["input_tokens"] < 10_000, calls[1]
+    assert calls[1]["input_tokens"] > MAX_TOOL_OUTPUT_BYTES // 4  # the kept prefix did reach the model
+
+    # The round's messages digest is the chain of the slimmed context, recomputed here
+    # from the stored bodies with the default limit, and not the chain of the full bodies.
+    stored = [Message.from_json(m["body"]) for m in messages]
+    slimmed = [slim_tool_results_for_next_round(m, MAX_TOOL_OUTPUT_BYTES) for m in stored]
+    assert slimmed[2] != stored[2] and slimmed[2].result is None
+    rounds = round_rows(ctx.engine, submitted.run_id)
+    assert rounds[0]["messages_digest"] == context_chain(slimmed[:1])
+    assert rounds[1]["messages_digest"] == context_chain(slimmed[:3])
+    assert rounds[1]["messages_digest"] != context_chain(stored[:3])
+    assert [m["chain_digest"] for m in messages] == [context_chain(slimmed[: i + 1]) for i in range(4)]
+
+    # Round 1 ran on the other worker, which loaded (and slimmed) the history cold.
+    committers = _committers(cluster, submitted.run_id, ("w1", "w2"))
+    assert committers[0] != committers[1], committers
+    (claim,) = events(cluster, committers[1], "round_claimed", run_id=submitted.run_id, boundary_seq=1)
+    assert claim["cold"] is True

@@ -1,0 +1,95 @@
+"""The I/O shell of a resume: the original tool calls of a suspended round re-run,
+without calling the model, once their inputs have been delivered.
+
+1. load the stored suspension and the delivered inputs (read only);
+2. check every ``OriginalToolRoundResume`` strictly against it (a mismatch is a
+   ``ResumeRefused``: nothing has been written);
+3. claim the run, guarded on that very suspension (fence + 1);
+4. re-run the suspended calls and commit, as any round (``worker.round.run_claimed``).
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import structlog
+
+from runtime.messages import ToolCall
+from runtime.outcomes import RoundDigests
+from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
+from runtime.tools import LocalFile, Suspend, ToolInputs
+from schema.store import runs as run_store
+from schema.store.suspensions import SuspensionMaterial, load_suspension
+from schema.wire import OriginalToolRoundResume
+from worker.bootstrap import WorkerContext
+from worker.round import RoundDisposition, run_claimed
+
+log = structlog.get_logger("aidawork.resume")
+
+
+def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -> RoundDisposition:
+    if not resumes or len({(r.run_id, r.boundary_seq) for r in resumes}) != 1:
+        raise ResumeRefused(resumes[0].run_id if resumes else UUID(int=0), "resumes", "one run and round per resume")
+    run_id, boundary_seq = resumes[0].run_id, resumes[0].boundary_seq
+    material = load_suspension(ctx.engine, run_id, boundary_seq)
+    if material is None:
+        raise ResumeRefused(run_id, "boundary_seq", f"round {boundary_seq} is not suspended")
+    stored = [_stored(call) for call in material.calls]
+    proofs = ctx.runtime.base.proofs
+    check_resumes(proofs, resumes, stored)
+    round_fields = {k: v for k, v in material.digests.items() if k != "proof"}
+    round_fields.update(run_id=str(run_id), boundary_seq=boundary_seq)
+    if not proofs.verifies("round", round_fields, material.digests["proof"] or ""):
+        raise ResumeRefused(run_id, "round_proof", "the suspended round's stored proof does not verify")
+
+    memory = ctx.runtime.memory.get(run_id)
+    claim = run_store.claim_round(
+        ctx.engine,
+        run_id,
+        boundary_seq,
+        lease_s=ctx.settings.lease_s,
+        after_position=memory.last_position if memory else -1,
+        cold=memory is None,
+        resume_of=[r.invocation_id for r in resumes],
+    )
+    if claim is None:
+        log.info("claim_refused", run=run_store.describe_run(ctx.engine, run_id), resume=True)
+        return RoundDisposition.DROPPED
+    digests = RoundDigests(
+        material.digests["system_digest"],
+        material.digests["messages_digest"],
+        material.digests["tools_digest"],
+        material.digests["accepted_response_digest"],
+    )
+    inputs = _inputs(material)
+    return run_claimed(
+        ctx,
+        claim,
+        memory,
+        lambda deps, state: resume_original_tool_round(deps, state, digests, resumes, stored, inputs),
+    )
+
+
+def _stored(call: dict[str, object]) -> StoredSuspension:
+    resume = call["resume"]
+    assert isinstance(resume, OriginalToolRoundResume)
+    args = call["args"]
+    suspension = call["suspension"]
+    assert isinstance(args, dict) and isinstance(suspension, dict)
+    return StoredSuspension(
+        call=ToolCall(id=str(call["tool_call_id"]), name=str(call["tool_name"]), args=args),
+        resume=resume,
+        suspend=Suspend.from_json(suspension),
+    )
+
+
+def _inputs(material: SuspensionMaterial) -> dict[str, ToolInputs]:
+    inputs = {}
+    for call in material.calls:
+        call_id = str(call["tool_call_id"])
+        files = {
+            path: LocalFile(path=path, content=f["content"], digest=f["digest"], size_bytes=f["size_bytes"])
+            for path, f in material.files.get(call_id, {}).items()
+        }
+        inputs[call_id] = ToolInputs(files=files, prerequisites=material.prerequisites)
+    return inputs

@@ -35,9 +35,12 @@ def aidawork(*args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
                             stderr=subprocess.STDOUT if out else None, start_new_session=True)
 
 
-def follow_all(runs: dict[str, Any], timeout_s: float = 120) -> None:
+def follow_all(
+    runs: dict[str, Any], timeout_s: float = 120, *, stop_at_suspension: bool = False,
+    after: dict[str, int] | None = None,
+) -> None:
     """Print the events of all runs as they are committed, merged by time."""
-    seen = dict.fromkeys(runs, 0)
+    seen = {label: (after or {}).get(label, 0) for label in runs}
     open_runs = set(runs)
     deadline = time.monotonic() + timeout_s
     while open_runs and time.monotonic() < deadline:
@@ -46,7 +49,7 @@ def follow_all(runs: dict[str, Any], timeout_s: float = 120) -> None:
             for event in client.events(runs[label], after_seq=seen[label], follow=False):
                 batch.append((label, event))
                 seen[label] = event.seq
-                if event.kind in TERMINAL_EVENTS:
+                if event.kind in TERMINAL_EVENTS or (stop_at_suspension and event.kind == "run_suspended"):
                     open_runs.discard(label)
         for label, event in sorted(batch, key=lambda item: item[1].created_at):
             say(f"  [{label:<10}] {format_event(event)}")
@@ -63,6 +66,13 @@ FOLLOW_UP: dict[str, Any] = {
             {"tool_calls": [{"name": "add", "args": {"a": 4, "b": 5}}]}, {"content": "9"}]},
         "tools": ["add"],
     },
+}
+
+
+# The files on "the user's machine" that the local-read run asks for.
+USER_FILES = {
+    "notes.txt": "Ship it on Friday.\nRemember the migration.\n",
+    "diary.txt": "Dear diary, today the workers crashed twice and nothing was lost.\n",
 }
 
 
@@ -109,8 +119,27 @@ def run_demo() -> int:
         "follow-up": (client.submit(FOLLOW_UP | {"root_id": str(first.root_id)}).run_id, "completed"),
         "research": (client.submit(load("research.json")).run_id, "completed"),
         "runaway": (client.submit(load("runaway.json")).run_id, "failed"),
+        "repeating": (client.submit(load("repeat.json")).run_id, "failed"),
     }
     follow_all({label: run_id for label, (run_id, _) in runs.items()})
+
+    say("== a run that needs files from the user's machine suspends; delivering them resumes it")
+    say("   (the original tool calls re-run; the model is not called again for that round)")
+    local = client.submit(load("local_read.json")).run_id
+    runs["local-read"] = (local, "completed")
+    view = client.status(local)
+    deadline = time.monotonic() + 60
+    while view.status != "suspended" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        view = client.status(local)
+    for wait in view.waiting_for:
+        say(f"   waiting: {wait.tool_call_id} ({wait.tool_name}) needs {wait.kind} {wait.paths or wait.key}")
+    follow_all({"local-read": local}, stop_at_suspension=True)
+    for wait in view.waiting_for:
+        files = {path: USER_FILES[path] for path in wait.paths or []}
+        receipt = client.deliver(local, wait.tool_call_id, files)
+        say(f"   delivered {sorted(files)} for {wait.tool_call_id}" + (": resuming" if receipt.resumes else ""))
+    follow_all({"local-read": local}, after={"local-read": 6})
 
     say("== final status")
     ok = True

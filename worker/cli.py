@@ -147,6 +147,10 @@ def format_event(event: RunEvent) -> str:
         detail = f"{data.get('tool_call_id') or data.get('key')} delivered" + (
             "; resuming" if data["resumable"] else ""
         )
+    elif event.kind == "round_resumed":
+        detail = f"round {data['boundary_seq']}: re-running {', '.join(data['tool_calls'])} (no model call)"
+    elif event.kind == "breaker_tripped":
+        detail = f"{', '.join(data['tools'])}: identical round {data['repeat_count']} times in a row"
     elif event.kind in ("run_failed", "run_cancelled"):
         detail = f"{data['error_code']}: {data['message']}"
     else:

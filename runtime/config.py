@@ -56,8 +56,13 @@ class ScriptedTurn(_Frozen):
 
 
 class ScriptedModelConfig(_Frozen):
+    """The deterministic model. With ``context_limit_tokens`` it rejects (like a real
+    provider whose context window is exceeded) any input whose token count, by
+    ``Message.token_count`` summed over the messages, is above the limit."""
+
     provider: Literal["scripted"]
     turns: list[ScriptedTurn] = Field(min_length=1, max_length=MAX_SCRIPT_TURNS)
+    context_limit_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
 
 
 ModelConfig = Annotated[ScriptedModelConfig, Field(discriminator="provider")]

@@ -4,10 +4,10 @@ strictly from the run request's ``config`` object."""
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# The only provider this issue ships; real providers join this union later.
 MAX_SCRIPT_TURNS = 10_000
 
 
@@ -28,11 +28,15 @@ class Policy(_Frozen):
       (same tools, args and results) end the run with ``REPEATED_IDENTICAL_TOOL_CALL``.
     - ``max_tool_output_bytes``: a tool output longer than this (UTF-8 bytes of its JSON)
       is truncated in the model's context only; storage and events keep all of it.
+    - ``context_summarizer``: how a context rebuild summarizes the older messages.
     """
 
     max_rounds: int = Field(default=20, ge=1, le=10_000)
     repeated_tool_call_limit: int = Field(default=REPEATED_TOOL_CALL_LIMIT, ge=2, le=1_000)
     max_tool_output_bytes: int = Field(default=MAX_TOOL_OUTPUT_BYTES, ge=256, le=10_000_000)
+    # Who writes the summary of a context rebuild: the deterministic summarizer, or the
+    # run's model with a summarization prompt (recorded in the ledger like any call).
+    context_summarizer: Literal["deterministic", "model"] = "deterministic"
 
 
 class ScriptedToolCall(_Frozen):
@@ -65,7 +69,82 @@ class ScriptedModelConfig(_Frozen):
     context_limit_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
 
 
-ModelConfig = Annotated[ScriptedModelConfig, Field(discriminator="provider")]
+# --- real providers (HTTP): OpenAI-compatible Chat Completions and Anthropic Messages -----
+# The request names which configured key to use (``api_key_ref``), never the key itself:
+# the run config is stored, shown in events and visible to whoever submits runs.
+
+DEFAULT_KEY_REF = "default"
+KEY_REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+def check_base_url(value: str) -> str:
+    """An http(s) URL with a host and nothing that could carry a credential (user info,
+    a query string) or be ignored silently (a fragment). The value is never echoed."""
+    try:
+        parts = urlsplit(value)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        raise ValueError("base_url is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise ValueError("base_url must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        raise ValueError(
+            "base_url must not contain user info, a query string or a fragment (keys are never sent in a URL)"
+        )
+    return value
+
+
+class _HttpModelConfig(_Frozen):
+    """Shared by the HTTP providers.
+
+    - ``name``: the provider's model name (``gpt-4o-mini``, ``claude-sonnet-4-5``, ``llama3.1``).
+    - ``base_url``: where the API lives; http(s) only.
+    - ``api_key_ref``: which configured key to send: ``"default"`` (the provider's own,
+      ``AIDAWORK_OPENAI_API_KEY`` / ``AIDAWORK_ANTHROPIC_API_KEY``), a name from
+      ``AIDAWORK_MODEL_KEYS``, or ``null`` to send no key (a local server). Never a key.
+    """
+
+    name: str = Field(min_length=1, max_length=256)
+    base_url: str = Field(max_length=2048)
+    api_key_ref: str | None = Field(default=DEFAULT_KEY_REF, pattern=KEY_REF_PATTERN)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return check_base_url(value)
+
+    @field_validator("api_key_ref")
+    @classmethod
+    def _a_name_not_a_key(cls, value: str | None) -> str | None:
+        if value is not None and value.lower().startswith("sk-"):
+            raise ValueError(
+                "api_key_ref names a configured key ('default' or a name from AIDAWORK_MODEL_KEYS); "
+                "it must never be the key itself"
+            )
+        return value
+
+
+class OpenAIModelConfig(_HttpModelConfig):
+    """Any OpenAI-compatible Chat Completions API: OpenAI, vLLM, Ollama, LM Studio.
+    ``max_tokens`` and ``temperature`` are sent only when set."""
+
+    provider: Literal["openai"]
+    base_url: str = Field(default="https://api.openai.com/v1", max_length=2048)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+
+
+class AnthropicModelConfig(_HttpModelConfig):
+    """The Anthropic Messages API. ``max_tokens`` is required by the API, so it has a
+    default that every current model accepts."""
+
+    provider: Literal["anthropic"]
+    base_url: str = Field(default="https://api.anthropic.com", max_length=2048)
+    max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
+    temperature: float | None = Field(default=None, ge=0, le=1)
+
+
+ModelConfig = Annotated[ScriptedModelConfig | OpenAIModelConfig | AnthropicModelConfig, Field(discriminator="provider")]
 
 
 class TurnConfig(_Frozen):

@@ -15,7 +15,10 @@ from typing import Any
 from runtime.canonical import digest
 from runtime.config import Policy, TurnConfig
 from runtime.memory import ContextCache
+from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelClient
+from runtime.models.http import ModelKeys
+from runtime.models.openai_compat import OpenAIProvider
 from runtime.models.scripted import ScriptedModel
 from runtime.proofs import ProofAuthority
 from runtime.tools import Tool, ToolRegistry, builtin_registry
@@ -23,8 +26,12 @@ from runtime.tools import Tool, ToolRegistry, builtin_registry
 ModelFactory = Callable[[Any], ModelClient]
 
 
-def default_model_providers() -> dict[str, ModelFactory]:
-    return {"scripted": ScriptedModel}
+def default_model_providers(model_keys: ModelKeys | None = None) -> dict[str, ModelFactory]:
+    """Every provider this process can run. The HTTP providers get the deployment's keys
+    (``ModelKeys``; none by default) and check a run's ``api_key_ref`` and ``base_url``
+    against them when the run is prepared."""
+    keys = model_keys or ModelKeys()
+    return {"scripted": ScriptedModel, "openai": OpenAIProvider(keys), "anthropic": AnthropicProvider(keys)}
 
 
 # For in-process use and tests only; workers are given AIDAWORK_SECRET_KEY.
@@ -46,10 +53,16 @@ class Runtime:
     internal_tool_deps: Mapping[str, Any] = field(default_factory=dict)
 
 
-def build_runtime(*, secret: bytes = DEV_SECRET, logger: Any = None, memory_capacity: int = 1024) -> Runtime:
+def build_runtime(
+    *,
+    secret: bytes = DEV_SECRET,
+    logger: Any = None,
+    memory_capacity: int = 1024,
+    model_keys: ModelKeys | None = None,
+) -> Runtime:
     return Runtime(
         base=BaseDeps(
-            model_providers=default_model_providers(),
+            model_providers=default_model_providers(model_keys),
             tools=builtin_registry(),
             proofs=ProofAuthority(secret),
             logger=logger,

@@ -19,13 +19,14 @@ from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL, CountedCall, RepeatedT
 from runtime.canonical import chain_digest, digest
 from runtime.context import slim_tool_results_for_next_round
 from runtime.deps import OrchestratorDeps
-from runtime.errors import ModelError
+from runtime.errors import ModelError, ModelInputRejection
 from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.outcomes import (
     Continue,
     Fail,
     Finish,
+    RebuildRequired,
     RoundDigests,
     RoundEvent,
     RoundOutcome,
@@ -112,7 +113,10 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         hooks.model_call_finished(None, exc)
         if exc.retryable:
             raise
-        return _result(deps, state, new, Fail(exc.code, exc.message), [], _digests(deps, messages_digest, None))
+        outcome: RoundOutcome = Fail(exc.code, exc.message)
+        if isinstance(exc, ModelInputRejection):
+            outcome = RebuildRequired(exc.message)
+        return _result(deps, state, new, outcome, [], _digests(deps, messages_digest, None))
     hooks.model_call_finished(response, None)
     try:
         response_digest = response.digest()

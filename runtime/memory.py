@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
@@ -22,23 +22,30 @@ class RunMemory:
     run_id: UUID
     input: str
     prepared: Any  # runtime.prepare.PreparedExecution (typed loosely to avoid a cycle)
+    # The model's context: the rebuild summary (if any), then the Root's messages from
+    # ``context_start`` on, in context form.
     history: tuple[Message, ...]
     # Position of the last message in ``history`` within its Root (-1: none yet).
     last_position: int
     # Chain digest of ``history`` ("" for an empty history).
     history_digest: str
+    # The run's checkpoint this context was built from (advanced by context rebuilds).
+    context_start: int = 0
+    summary: str | None = None
+    last_build_id: Any = None
+    chain_anchor: int | None = None
 
     def extended(self, messages: tuple[Message, ...], last_position: int, history_digest: str) -> RunMemory:
         if not messages:
             return self
-        return RunMemory(
-            run_id=self.run_id,
-            input=self.input,
-            prepared=self.prepared,
-            history=self.history + messages,
-            last_position=last_position,
-            history_digest=history_digest,
+        return replace(
+            self, history=self.history + messages, last_position=last_position, history_digest=history_digest
         )
+
+    def positional(self) -> tuple[Message, ...]:
+        """The Root's messages in the context (without the summary): the i-th has
+        position ``context_start + i``."""
+        return self.history[1:] if self.summary is not None else self.history
 
 
 class ContextCache:

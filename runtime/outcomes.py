@@ -39,7 +39,16 @@ class Suspended:
     kind: Literal["suspend"] = "suspend"
 
 
-RoundOutcome = Continue | Finish | Fail | Suspended
+@dataclass(frozen=True)
+class RebuildRequired:
+    """The provider rejected the input as too long: rebuild the context and call again.
+    Never committed; the caller rebuilds and re-runs the round under the same claim."""
+
+    message: str
+    kind: Literal["rebuild"] = "rebuild"
+
+
+RoundOutcome = Continue | Finish | Fail | Suspended | RebuildRequired
 
 
 @dataclass(frozen=True)

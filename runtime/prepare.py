@@ -10,18 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
 from runtime.canonical import non_json_path
-from runtime.config import ScriptedModelConfig, TurnConfig
+from runtime.config import ModelConfig, ScriptedModelConfig, TurnConfig
 from runtime.deps import OrchestratorDeps, Runtime, compose_deps
 from runtime.errors import RequestInvalid
 from runtime.loop import drive_react_loop
 from runtime.messages import Message
 from runtime.outcomes import RoundOutcome, RunState
 from schema.wire import RunRequest
+
+
+def _provider_tags() -> frozenset[str]:
+    """The ``provider`` values of the model config union (its discriminator tags)."""
+    union = get_args(ModelConfig)[0]
+    members = get_args(union) or (union,)
+    return frozenset(tag for m in members for tag in get_args(m.model_fields["provider"].annotation))
+
+
+MODEL_PROVIDERS = _provider_tags()
 
 
 @dataclass(frozen=True)
@@ -47,7 +57,7 @@ def invalid_from(exc: ValidationError, prefix: str = "") -> RequestInvalid:
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         loc.append("provider")
     # A discriminated union puts the tag in the path (model.scripted.turns); drop it.
-    if len(loc) >= 2 and loc[0] == "model" and loc[1] == "scripted":
+    if len(loc) >= 2 and loc[0] == "model" and isinstance(loc[1], str) and loc[1] in MODEL_PROVIDERS:
         del loc[1]
     return RequestInvalid(format_loc(loc, prefix), err["msg"])
 

@@ -89,7 +89,8 @@ class ProofAuthority:
         return projection
 
     def verifies(self, kind: str, fields: dict[str, Any], proof: str) -> bool:
-        return hmac.compare_digest(self.sign(kind, fields), proof)
+        # Bytes: compare_digest refuses str with non-ASCII characters (a forged proof may have them).
+        return hmac.compare_digest(self.sign(kind, fields).encode(), proof.encode("utf-8", "surrogatepass"))
 
     def verify_round(self, projection: OwnedRoundProjection) -> None:
         if not self.verifies("round", projection.fields(), projection.proof):

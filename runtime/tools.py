@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runtime.canonical import JSON
 from runtime.context import durable_local_read_context
@@ -218,6 +218,13 @@ def _sleep(args: SleepArgs, inputs: ToolInputs) -> JSON:
 
 class ReadFilesArgs(_Strict):
     paths: list[str] = Field(min_length=1, max_length=32)
+
+    @field_validator("paths")
+    @classmethod
+    def _distinct(cls, paths: list[str]) -> list[str]:
+        if len(set(paths)) != len(paths):
+            raise ValueError("paths must be distinct")
+        return paths
 
 
 def _read_files(args: ReadFilesArgs, inputs: ToolInputs) -> ToolOutput:

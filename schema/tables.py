@@ -22,7 +22,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from schema.wire import RunStatus
 
@@ -103,7 +103,47 @@ run_checkpoints = Table(
     Column("context_start_position", Integer, nullable=False, server_default=text("0")),
     Column("summary", Text),
     Column("rebuilds", Integer, nullable=False, server_default=text("0")),
+    # The consumed rebuild that produced this context, and the chain it belongs to.
+    Column("last_build_id", UUID(as_uuid=True)),
+    Column("chain_anchor", Integer),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+# Context rebuilds. A chain is the span of a Root between two accepted model responses,
+# named by the Root's last message position when it opened (chain_anchor). Each chain
+# reserves at most two rebuilds (ordinal 1, then 2 bound to the consumed 1): the unique
+# constraint and the CHECKs hold that even under write skew.
+runtime_work_model_rebuilds = Table(
+    "runtime_work_model_rebuilds",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("root_id", UUID(as_uuid=True), ForeignKey("roots.id"), nullable=False),
+    Column("chain_anchor", Integer, nullable=False),
+    Column("ordinal", Integer, nullable=False),
+    Column("predecessor_build_id", UUID(as_uuid=True), ForeignKey("runtime_work_model_rebuilds.id")),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id"), nullable=False),
+    Column("boundary_seq", Integer, nullable=False),
+    Column("claim_fence", BigInteger, nullable=False),
+    Column("source_message_ids", ARRAY(BigInteger)),
+    Column("source_digest", Text),
+    Column("summary", Text),
+    _now(),
+    CheckConstraint("ordinal IN (1, 2)", name="ordinal"),
+    CheckConstraint("(ordinal = 1) = (predecessor_build_id IS NULL)", name="predecessor"),
+    UniqueConstraint("root_id", "chain_anchor", "ordinal"),
+)
+
+# Immutable (a trigger refuses UPDATE and DELETE): one row per consumed build.
+runtime_work_model_rebuild_consumptions = Table(
+    "runtime_work_model_rebuild_consumptions",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("build_id", UUID(as_uuid=True), ForeignKey("runtime_work_model_rebuilds.id"), nullable=False, unique=True),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id"), nullable=False),
+    Column("boundary_seq", Integer, nullable=False),
+    Column("claim_fence", BigInteger, nullable=False),
+    Column("source_digest", Text, nullable=False),
+    Column("consumed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
 
 ROUND_OUTCOMES = ["continue", "finish", "fail", "suspend"]

@@ -80,6 +80,7 @@ class EventKind(StrEnum):
     INPUT_DELIVERED = "input_delivered"
     ROUND_RESUMED = "round_resumed"
     BREAKER_TRIPPED = "breaker_tripped"
+    CONTEXT_REBUILT = "context_rebuilt"
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"
     RUN_CANCELLED = "run_cancelled"
@@ -116,6 +117,7 @@ class RunView(_Wire):
     status: RunStatus
     rounds: int
     model_calls: int
+    rebuilds: int = 0
     output: str | None
     error_code: str | None
     error_message: str | None

@@ -9,6 +9,7 @@ import structlog
 from sqlalchemy import Engine
 
 from runtime.deps import DEV_SECRET, Runtime, build_runtime
+from runtime.models.http import ModelKeys
 from schema.store.tx import make_engine
 from worker.leases import LeaseKeeper
 from worker.logging import configure_logging
@@ -39,7 +40,15 @@ def build_context(settings: Settings) -> WorkerContext:
     return WorkerContext(
         settings=settings,
         engine=engine,
-        runtime=build_runtime(secret=secret),
+        runtime=build_runtime(
+            secret=secret,
+            model_keys=ModelKeys(
+                openai=settings.openai_api_key,
+                anthropic=settings.anthropic_api_key,
+                named=dict(settings.model_keys),
+                base_urls=tuple(settings.model_base_urls),
+            ),
+        ),
         leases=LeaseKeeper(engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s),
     )
 

@@ -88,6 +88,27 @@ def cmd_flower(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_api(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from worker.api import create_app
+
+    settings = get_settings()
+    if not settings.api_token_owners:
+        return _err("AIDAWORK_API_TOKENS is not set: give it a JSON object {token: owner}", EXIT_INPUT)
+    # Open event streams end at most this long after a SIGTERM; clients reconnect with
+    # Last-Event-ID. uvicorn's access log is replaced by the JSON request_served lines.
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    return EXIT_OK
+
+
 def _read_request(source: str) -> Any:
     text = sys.stdin.read() if source == "-" else Path(source).read_text()
     return json.loads(text)
@@ -228,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=5555)
     p.add_argument("--address", default="127.0.0.1")
     p.set_defaults(fn=cmd_flower)
+    p = sub.add_parser("api", help="start the HTTP API (uvicorn); tokens from AIDAWORK_API_TOKENS")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--host", default="127.0.0.1")
+    p.set_defaults(fn=cmd_api)
     p = sub.add_parser("submit", help="submit a run request (JSON file, or - for stdin); prints the run id")
     p.add_argument("file")
     p.set_defaults(fn=cmd_submit)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import structlog
 
 from schema.store.runs import due_for_dispatch
-from schema.store.suspensions import pending_resumes
+from schema.store.suspensions import pending_resumes, resume_if_ready, suspended_with_all_inputs
 from worker.app import dispatch_resume, dispatch_round
 from worker.bootstrap import WorkerContext
 
@@ -25,4 +25,9 @@ def reconcile(ctx: WorkerContext) -> int:
         else:
             dispatch_round(run_id, boundary_seq)
         log.info("run_redispatched", run_id=str(run_id), boundary_seq=boundary_seq, resume=resume)
+    for run_id in suspended_with_all_inputs(ctx.engine):
+        resumes = resume_if_ready(ctx.engine, run_id)
+        if resumes:
+            dispatch_resume(resumes)
+            log.info("run_redispatched", run_id=str(run_id), resume=True)
     return len(due)

@@ -30,10 +30,10 @@ log = structlog.get_logger("aidawork.resume")
 def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -> RoundDisposition:
     if not resumes or len({(r.run_id, r.boundary_seq) for r in resumes}) != 1:
         raise ResumeRefused(resumes[0].run_id if resumes else UUID(int=0), "resumes", "one run and round per resume")
-    run_id, boundary_seq = resumes[0].run_id, resumes[0].boundary_seq
-    material = load_suspension(ctx.engine, run_id, boundary_seq)
+    material = load_suspension(ctx.engine, resumes[0].invocation_id)
     if material is None:
-        raise ResumeRefused(run_id, "boundary_seq", f"round {boundary_seq} is not suspended")
+        raise ResumeRefused(resumes[0].run_id, "invocation_id", "no suspended tool call has this invocation id")
+    run_id, boundary_seq = material.run_id, material.boundary_seq
     stored = [_stored(call) for call in material.calls]
     proofs = ctx.runtime.base.proofs
     check_resumes(proofs, resumes, stored)
@@ -66,7 +66,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
         ctx,
         claim,
         memory,
-        lambda deps, state: resume_original_tool_round(deps, state, digests, resumes, stored, inputs),
+        lambda deps, state, hooks: resume_original_tool_round(deps, state, digests, resumes, stored, inputs),
     )
 
 

@@ -13,27 +13,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
+from typing import Any
+from uuid import UUID
 
 import structlog
 
 from runtime.context import context_chain, context_form
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, RequestInvalid
-from runtime.loop import drive_react_loop
+from runtime.loop import RoundHooks, drive_react_loop
 from runtime.memory import RunMemory
 from runtime.messages import Message
 from runtime.models.base import ModelRequest, ModelResponse
-from runtime.outcomes import Continue, Fail, Finish, RoundResult, RunState, Suspended
+from runtime.outcomes import Continue, Fail, Finish, RebuildRequired, RoundResult, RunState, Suspended
 from runtime.prepare import prepare_turn
+from runtime.rebuild import RebuildExhausted, RebuildSourceChanged, summary_message
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
+from schema.store import suspensions as suspension_store
 from schema.store.rounds import RoundRecord
 from schema.store.runs import Claim
 from schema.wire import RoundTask, RunStatus
 from worker import failpoints
-from worker.app import dispatch_round
+from worker.app import dispatch_resume, dispatch_round
 from worker.bootstrap import WorkerContext
 from worker.logging import bind
+from worker.rebuild import rebuild_context
 
 log = structlog.get_logger("aidawork.round")
 
@@ -92,10 +97,10 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     if claim is None:
         log.info("claim_refused", run=run_store.describe_run(ctx.engine, task.run_id))
         return RoundDisposition.DROPPED
-    return run_claimed(ctx, claim, memory, lambda deps, state: drive_react_loop(deps, state, LedgerHooks(ctx, claim)))
+    return run_claimed(ctx, claim, memory, drive_react_loop)
 
 
-RoundStep = Callable[[OrchestratorDeps, RunState], RoundResult]
+RoundStep = Callable[[OrchestratorDeps, RunState, RoundHooks], RoundResult]
 
 
 def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step: RoundStep) -> RoundDisposition:
@@ -121,26 +126,27 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
         )
 
     try:
-        state = RunState(
-            input=memory.input,
-            boundary_seq=claim.boundary_seq,
-            history=memory.history,
-            history_digest=memory.history_digest,
-            last_position=memory.last_position,
-            run_id=claim.run_id,
-            claim_fence=claim.fence,
-            work_owner=claim.owner,
-            previous_fingerprint=claim.previous_fingerprint,
-            previous_repeat_count=claim.previous_repeat_count,
-        )
+        deps, hooks = memory.prepared.deps, LedgerHooks(ctx, claim)
         with ctx.leases.holding(claim.run_id, claim.fence):
-            result = step(memory.prepared.deps, state)
+            result = step(deps, _state(memory, claim), hooks)
+            while isinstance(result.outcome, RebuildRequired):
+                memory = rebuild_context(ctx, claim, memory, deps, hooks)
+                result = step(deps, _state(memory, claim), hooks)
         next_run_id = round_store.commit_round(ctx.engine, _record(ctx, claim, result))
+    except (RebuildExhausted, RebuildSourceChanged) as exc:
+        return _fail_run(ctx, claim, exc.code, exc.message)
     except BaseException:
         # Give the run back at once rather than at lease expiry; a lost fence makes this a no-op.
         run_store.release_lease(ctx.engine, claim.run_id, claim.fence)
         raise
 
+    return _after_commit(ctx, claim, memory, result, next_run_id)
+
+
+def _after_commit(
+    ctx: WorkerContext, claim: Claim, memory: RunMemory, result: RoundResult, next_run_id: UUID | None
+) -> RoundDisposition:
+    """Cache the new context, then (only now) enqueue what comes next."""
     outcome = result.outcome
     if isinstance(outcome, (Continue, Suspended)) and result.new_messages:
         new = tuple(m.context for m in result.new_messages)
@@ -153,10 +159,29 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
 
     if isinstance(outcome, Continue):
         dispatch_round(claim.run_id, claim.boundary_seq + 1)
+    elif isinstance(outcome, Suspended):
+        resumes = suspension_store.resume_if_ready(ctx.engine, claim.run_id)
+        if resumes:
+            dispatch_resume(resumes)
     elif next_run_id is not None:
         dispatch_round(next_run_id, 0)
     failpoints.hit("after_enqueue")
     return RoundDisposition.COMMITTED
+
+
+def _state(memory: RunMemory, claim: Claim) -> RunState:
+    return RunState(
+        input=memory.input,
+        boundary_seq=claim.boundary_seq,
+        history=memory.history,
+        history_digest=memory.history_digest,
+        last_position=memory.last_position,
+        run_id=claim.run_id,
+        claim_fence=claim.fence,
+        work_owner=claim.owner,
+        previous_fingerprint=claim.previous_fingerprint,
+        previous_repeat_count=claim.previous_repeat_count,
+    )
 
 
 def _previous_round_verifies(ctx: WorkerContext, claim: Claim) -> bool:
@@ -176,22 +201,37 @@ def _memory_after_claim(ctx: WorkerContext, memory: RunMemory | None, claim: Cla
     committed since, or (cold) built from the stored config and the whole history. The
     messages enter in context form, under this run's policy, and the context's chain
     digest is extended over them."""
+    cp = claim.checkpoint
+    new_messages = claim.new_messages
+    if memory is not None and (memory.context_start, memory.summary) != (cp.context_start, cp.summary):
+        # Another worker rebuilt the context since this process cached it: start over.
+        new_messages = run_store.load_messages(ctx.engine, claim.root_id, cp.context_start)
+        memory = _empty_memory(claim, memory.input, memory.prepared)
     if memory is None:
         assert claim.input is not None and claim.config is not None
-        memory = RunMemory(
-            run_id=claim.run_id,
-            input=claim.input,
-            prepared=prepare_turn(ctx.runtime, claim.config),
-            history=(),
-            last_position=-1,
-            history_digest="",
-        )
-    if claim.new_messages:
+        memory = _empty_memory(claim, claim.input, prepare_turn(ctx.runtime, claim.config))
+    if new_messages:
         max_bytes = memory.prepared.turn_config.policy.max_tool_output_bytes
-        loaded = tuple(context_form(Message.from_json(body), max_bytes, reads) for _, body, reads in claim.new_messages)
-        last_position = claim.new_messages[-1][0]
-        memory = memory.extended(loaded, last_position, context_chain(loaded, memory.history_digest))
+        loaded = tuple(context_form(Message.from_json(body), max_bytes, reads) for _, body, reads in new_messages)
+        memory = memory.extended(loaded, new_messages[-1][0], context_chain(loaded, memory.history_digest))
     return memory
+
+
+def _empty_memory(claim: Claim, text: str, prepared: Any) -> RunMemory:
+    cp = claim.checkpoint
+    history = (summary_message(cp.summary),) if cp.summary is not None else ()
+    return RunMemory(
+        run_id=claim.run_id,
+        input=text,
+        prepared=prepared,
+        history=history,
+        last_position=cp.context_start - 1,
+        history_digest=context_chain(history),
+        context_start=cp.context_start,
+        summary=cp.summary,
+        last_build_id=cp.last_build_id,
+        chain_anchor=cp.chain_anchor,
+    )
 
 
 def _fail_run(ctx: WorkerContext, claim: Claim, code: str, message: str) -> RoundDisposition:

@@ -3,13 +3,22 @@ reads the environment. Errors name the variable."""
 
 from __future__ import annotations
 
+import json
+import re
 from functools import lru_cache
+from typing import Annotated
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, TypeAdapter, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runtime.config import DEFAULT_KEY_REF, KEY_REF_PATTERN, check_base_url
+from schema.wire import RunRequest
 
 ENV_PREFIX = "AIDAWORK_"
 FAILPOINTS = frozenset({"after_claim", "after_model_call", "in_tool", "after_commit", "after_enqueue"})
+MIN_API_TOKEN_CHARS = 16
+# An API token's owner is stored as runs.owner: the same rules as a run request's owner.
+_OWNER = TypeAdapter(Annotated[str, RunRequest.model_fields["owner"]])
 
 
 class SettingsError(Exception):
@@ -42,6 +51,32 @@ class Settings(BaseSettings):
     # Test-only crash injection: comma-separated names from FAILPOINTS. Empty in production.
     failpoints: str = ""
 
+    # --- model provider keys (never logged, stored or put in a message) ----------------
+    # The default key of each provider, used by runs whose model config says
+    # ``"api_key_ref": "default"`` (or leaves it out).
+    openai_api_key: SecretStr | None = None
+    anthropic_api_key: SecretStr | None = None
+    # More keys by name, a JSON object ``{"team-b": "sk-..."}``; a run picks one with
+    # ``"api_key_ref": "team-b"``. Processes that submit runs need the same names: an
+    # unknown name is refused at submit time.
+    model_keys: dict[str, SecretStr] = Field(default_factory=dict)
+    # Base URLs, beyond the official ones, that keys may be sent to (a JSON list such as
+    # ``["http://vllm.internal:8000/v1"]``). A run's base_url comes from whoever submits
+    # it, so a key is never sent anywhere else.
+    model_base_urls: list[str] = Field(default_factory=list)
+
+    # HTTP API (`aidawork api`). A JSON object {token: owner}, one entry per upstream
+    # service (several tokens may share an owner, for rotation). A token sees only its
+    # owner's runs. Secret: never logged, and refused values are not echoed.
+    api_tokens: SecretStr | None = None
+    # Request bodies above this are refused with 413 before they are parsed.
+    api_max_body_bytes: int = Field(default=2 * 1_048_576, ge=1024, le=256 * 1_048_576)
+    # How often an event stream polls run_events while the run is quiet.
+    api_events_poll_s: float = Field(default=0.25, gt=0, le=60)
+    # A comment line on an idle event stream this often, so proxies keep it open and a
+    # closed connection is noticed.
+    api_keepalive_s: float = Field(default=15.0, gt=0, le=3600)
+
     @field_validator("failpoints")
     @classmethod
     def _known_failpoints(cls, value: str) -> str:
@@ -50,6 +85,33 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown failpoints {sorted(unknown)} (known: {sorted(FAILPOINTS)})")
         return value
 
+    @field_validator("api_tokens")
+    @classmethod
+    def _token_map(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_api_tokens(value.get_secret_value())
+        return value
+
+    @property
+    def api_token_owners(self) -> dict[str, str]:
+        """token -> owner; empty when the API has no tokens configured."""
+        return {} if self.api_tokens is None else parse_api_tokens(self.api_tokens.get_secret_value())
+
+    @field_validator("model_keys")
+    @classmethod
+    def _key_names(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for name in value:
+            if not re.fullmatch(KEY_REF_PATTERN, name) or name == DEFAULT_KEY_REF or name.lower().startswith("sk-"):
+                raise ValueError(
+                    f"key names match {KEY_REF_PATTERN}, do not start with 'sk-' and are not {DEFAULT_KEY_REF!r}"
+                )
+        return value
+
+    @field_validator("model_base_urls")
+    @classmethod
+    def _http_urls(cls, value: list[str]) -> list[str]:
+        return [check_base_url(url) for url in value]
+
     @property
     def failpoint_set(self) -> frozenset[str]:
         return frozenset(p.strip() for p in self.failpoints.split(",") if p.strip())
@@ -57,6 +119,28 @@ class Settings(BaseSettings):
     @property
     def heartbeat_interval_s(self) -> float:
         return self.lease_s / 3
+
+
+def parse_api_tokens(raw: str) -> dict[str, str]:
+    """Parse AIDAWORK_API_TOKENS. Error messages never contain a token."""
+    try:
+        data = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at position {exc.pos}); expected {{token: owner}}") from None
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object {token: owner}")
+    for i, (token, owner) in enumerate(data.items()):
+        if len(token) < MIN_API_TOKEN_CHARS or token != token.strip() or any(c.isspace() for c in token):
+            raise ValueError(f"token #{i + 1} must be at least {MIN_API_TOKEN_CHARS} characters, without spaces")
+        if not isinstance(owner, str):
+            raise ValueError(f"the owner of token #{i + 1} must be a string")
+        try:
+            _OWNER.validate_python(owner)
+        except ValidationError:
+            raise ValueError(
+                f"the owner of token #{i + 1} ({owner!r}) is not a valid owner (letters, digits, ._:@-; 1-128)"
+            ) from None
+    return dict(data)
 
 
 def load_settings() -> Settings:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from runtime.config import ScriptedModelConfig
-from runtime.errors import ModelScriptExhausted
+from runtime.errors import ModelInputRejection, ModelScriptExhausted
 from runtime.messages import ToolCall
 from runtime.models.base import ModelRequest, ModelResponse, Usage
 
@@ -18,9 +18,20 @@ from runtime.models.base import ModelRequest, ModelResponse, Usage
 class ScriptedModel:
     def __init__(self, config: ScriptedModelConfig) -> None:
         self._turns = config.turns
+        self._context_limit = config.context_limit_tokens
 
     def complete(self, request: ModelRequest) -> ModelResponse:
+        input_tokens = sum(m.token_count for m in request.messages) + (len(request.system) + 3) // 4
+        if self._context_limit is not None and input_tokens > self._context_limit:
+            raise ModelInputRejection(
+                f"the input is {input_tokens} tokens, over the context window of {self._context_limit}"
+            )
         index = request.round_index
+        if index < 0:  # a summarization request (context rebuild): answer deterministically
+            text = request.messages[-1].content or "" if request.messages else ""
+            return ModelResponse(
+                content=f"Summary: {text[:400]}", usage=Usage(input_tokens, (len(text[:400]) + 12) // 4)
+            )
         if index >= len(self._turns):
             raise ModelScriptExhausted(f"the script has {len(self._turns)} turns and turn {index + 1} was requested")
         turn = self._turns[index]
@@ -31,7 +42,7 @@ class ScriptedModel:
             for i, c in enumerate(turn.tool_calls or ())
         )
         usage = Usage(
-            input_tokens=sum(m.token_count for m in request.messages),
+            input_tokens=input_tokens,
             output_tokens=(len(turn.content or "") + 3) // 4 + 8 * len(calls),
         )
         return ModelResponse(content=turn.content, tool_calls=calls, usage=usage)

@@ -61,7 +61,9 @@ SELECT claimed.*,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, m.body, {_DURABLE_READS}) ORDER BY m.position),
                    CAST('[]' AS jsonb))
    FROM messages AS m
-   WHERE m.root_id = claimed.root_id AND m.position > :after_position) AS new_messages,
+   WHERE m.root_id = claimed.root_id
+     AND m.position > greatest(:after_position, cp.context_start_position - 1)) AS new_messages,
+  cp.context_start_position, cp.summary, cp.last_build_id, cp.chain_anchor,
   previous.tool_fingerprint AS previous_fingerprint,
   coalesce(previous.repeat_count, 0) AS previous_repeat_count,
   CASE WHEN previous.run_id IS NOT NULL THEN jsonb_build_object(
@@ -69,6 +71,7 @@ SELECT claimed.*,
     'messages_digest', previous.messages_digest, 'tools_digest', previous.tools_digest,
     'accepted_response_digest', previous.accepted_response_digest, 'proof', previous.proof) END AS previous_round
 FROM claimed
+JOIN run_checkpoints AS cp ON cp.run_id = claimed.id
 LEFT JOIN rounds AS previous ON previous.run_id = claimed.id AND previous.boundary_seq = :boundary_seq - 1
 """
     )
@@ -96,6 +99,16 @@ CLAIM_RESUME_SQL = _claim_sql(
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """Where the run's model context starts (advanced by a context rebuild)."""
+
+    context_start: int
+    summary: str | None
+    last_build_id: UUID | None
+    chain_anchor: int | None
+
+
+@dataclass(frozen=True)
 class Claim:
     run_id: UUID
     root_id: UUID
@@ -110,6 +123,7 @@ class Claim:
     previous_fingerprint: str | None  # the previous round's breaker state
     previous_repeat_count: int
     previous_round: dict[str, Any] | None  # the previous round's projection fields and proof
+    checkpoint: Checkpoint
 
 
 def claim_round(
@@ -153,9 +167,24 @@ def claim_round(
             previous_fingerprint=row.previous_fingerprint,
             previous_repeat_count=row.previous_repeat_count,
             previous_round=row.previous_round,
+            checkpoint=Checkpoint(row.context_start_position, row.summary, row.last_build_id, row.chain_anchor),
         )
 
     return run_transaction(engine, _txn, name="claim_round", single_statement=True)
+
+
+def load_messages(engine: Engine, root_id: UUID, from_position: int) -> list[tuple[int, dict[str, Any], Any]]:
+    """The Root's messages from a position, as the claim returns them (a worker whose
+    cached context predates a rebuild made elsewhere reloads with this)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                f"SELECT m.position, m.body, {_DURABLE_READS} AS reads FROM messages AS m "
+                "WHERE m.root_id = :root AND m.position >= :start ORDER BY m.position"
+            ),
+            {"root": root_id, "start": from_position},
+        )
+        return [(r.position, r.body, r.reads) for r in rows]
 
 
 def describe_run(engine: Engine, run_id: UUID) -> dict[str, Any] | None:
@@ -220,7 +249,17 @@ def submit_run(engine: Engine, request: RunRequest, config: dict[str, Any]) -> S
                 "config": json.dumps(config),
             },
         )
-        conn.execute(text("INSERT INTO run_checkpoints (run_id) VALUES (:id)"), {"id": run_id})
+        # A later run of a Root starts from the context its predecessor rebuilt, if any.
+        conn.execute(
+            text(
+                "INSERT INTO run_checkpoints (run_id, context_start_position, summary) "
+                "SELECT :id, coalesce(prev.context_start_position, 0), prev.summary "
+                "FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
+                "  SELECT cp.context_start_position, cp.summary FROM run_checkpoints cp JOIN runs r ON r.id = cp.run_id"
+                "  WHERE r.root_id = :root AND r.root_seq < :seq ORDER BY r.root_seq DESC LIMIT 1) AS prev ON true"
+            ),
+            {"id": run_id, "root": root_id, "seq": root_seq},
+        )
         conn.execute(
             text(
                 "INSERT INTO run_events (run_id, seq, kind, data) VALUES (:id, 1, 'run_queued', CAST(:data AS jsonb))"
@@ -396,6 +435,7 @@ def get_run_view(engine: Engine, run_id: UUID) -> RunView:
             text(
                 "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
                 "(SELECT count(*) FROM model_calls mc WHERE mc.run_id = r.id) AS model_calls, "
+                "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, "
                 "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
                 "FROM runs r WHERE r.id = :run_id"
             ),

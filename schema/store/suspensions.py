@@ -105,9 +105,16 @@ def _lock_run(conn: Connection, run_id: UUID) -> Any:
     return row
 
 
-def _ready_resumes(conn: Connection, run_id: UUID, run: Any, event: dict[str, Any]) -> list[OriginalToolRoundResume]:
-    """Record the delivery event; if the round has all its inputs now, make the run
-    ready to resume and return the resumes."""
+def _refuse_if_ended(run_id: UUID, run: Any) -> None:
+    if run.status in ("completed", "failed", "cancelled"):
+        raise DeliveryRefused(run_id, f"the run has ended ({run.status}); it waits for nothing")
+
+
+def _ready_resumes(
+    conn: Connection, run_id: UUID, run: Any, event: dict[str, Any], event_kind: str = "input_delivered"
+) -> list[OriginalToolRoundResume]:
+    """Record the event; if the round has all its inputs now, make the run ready to
+    resume and return the resumes."""
     calls = _suspended_calls(conn, run_id)
     ready = run.status == "suspended" and calls and all(c.delivered for c in calls)
     conn.execute(
@@ -117,9 +124,14 @@ def _ready_resumes(conn: Connection, run_id: UUID, run: Any, event: dict[str, An
             "  dispatched_at = CASE WHEN :ready THEN now() ELSE dispatched_at END "
             "  WHERE id = :id RETURNING event_seq) "
             "INSERT INTO run_events (run_id, seq, kind, data) "
-            "SELECT :id, event_seq, 'input_delivered', CAST(:data AS jsonb) FROM upd"
+            "SELECT :id, event_seq, :kind, CAST(:data AS jsonb) FROM upd"
         ),
-        {"id": run_id, "ready": bool(ready), "data": json.dumps({**event, "resumable": bool(ready)})},
+        {
+            "id": run_id,
+            "ready": bool(ready),
+            "kind": event_kind,
+            "data": json.dumps({**event, "resumable": bool(ready)}),
+        },
     )
     return [_resume_of(run_id, run.boundary_seq, c) for c in calls] if ready else []
 
@@ -161,6 +173,7 @@ def deliver_local_read(
             if stored != digests:
                 raise DeliveryRefused(run_id, f"different content was already delivered for {tool_call_id!r}")
             return Receipt(stored=False, resumes=[])  # the same delivery again: nothing to do
+        _refuse_if_ended(run_id, run)
         if call.status != "suspended" or call.boundary_seq != run.boundary_seq:
             raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} is no longer waiting")
         conn.execute(
@@ -200,6 +213,7 @@ def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: Any) -> 
             if existing.value != value:
                 raise DeliveryRefused(run_id, f"prerequisite {key!r} was already resolved with another value")
             return Receipt(stored=False, resumes=[])
+        _refuse_if_ended(run_id, run)
         waiting = [
             c
             for c in _suspended_calls(conn, run_id)
@@ -217,6 +231,46 @@ def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: Any) -> 
     return run_transaction(engine, _txn, name="resolve_prerequisite")
 
 
+def resume_if_ready(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResume]:
+    """A round that suspended on inputs that were already there (a prerequisite resolved
+    for an earlier call) needs no delivery: make it ready at once. Called after a
+    suspension commits, and by the reconciler."""
+
+    def _txn(conn: Connection) -> list[OriginalToolRoundResume]:
+        run = conn.execute(
+            text("SELECT status, boundary_seq FROM runs WHERE id = :id FOR UPDATE"), {"id": run_id}
+        ).one_or_none()
+        if run is None or run.status != "suspended":
+            return []
+        calls = _suspended_calls(conn, run_id)
+        if not calls or not all(c.delivered for c in calls):
+            return []
+        event = {"tool_call_ids": [c.tool_call_id for c in calls], "reason": "inputs already delivered"}
+        return _ready_resumes(conn, run_id, run, event, "resume_ready")
+
+    return run_transaction(engine, _txn, name="resume_if_ready")
+
+
+def suspended_with_all_inputs(engine: Engine, *, limit: int = 100) -> list[UUID]:
+    """Suspended runs whose waiting calls all have their inputs (a worker died between
+    committing the suspension and making it ready)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT r.id FROM runs r WHERE r.status = 'suspended' AND NOT EXISTS ("
+                "  SELECT 1 FROM tool_invocations ti WHERE ti.run_id = r.id AND ti.boundary_seq = r.boundary_seq"
+                "  AND ti.status = 'suspended' AND NOT CASE ti.suspension->>'kind'"
+                "    WHEN 'local_read' THEN (SELECT count(*) FROM local_reads lr WHERE lr.run_id = ti.run_id"
+                "      AND lr.tool_call_id = ti.tool_call_id) = jsonb_array_length(ti.suspension->'paths')"
+                "    ELSE EXISTS (SELECT 1 FROM prerequisites p WHERE p.run_id = ti.run_id"
+                "      AND p.key = ti.suspension->>'key') END)"
+                " AND r.updated_at < now() - interval '1 second' LIMIT :limit"
+            ),
+            {"limit": limit},
+        )
+        return [r.id for r in rows]
+
+
 def pending_resumes(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResume]:
     """The resumes of a run that is ready to resume (for the reconciler)."""
     with engine.connect() as conn:
@@ -231,6 +285,7 @@ class SuspensionMaterial:
     """What a resume needs, read before it claims: the suspended round's digests, its
     suspended calls (with their stored projections) and the inputs delivered."""
 
+    run_id: UUID
     run_status: str
     boundary_seq: int
     digests: dict[str, Any]  # the suspended round's claim_fence, proof and four digests
@@ -239,8 +294,20 @@ class SuspensionMaterial:
     prerequisites: dict[str, Any]
 
 
-def load_suspension(engine: Engine, run_id: UUID, boundary_seq: int) -> SuspensionMaterial | None:
+def load_suspension(engine: Engine, invocation_id: str) -> SuspensionMaterial | None:
+    """The suspended round that holds the suspended call ``invocation_id`` (an invocation
+    id is unique: it names the suspension a resume is for)."""
+
     def _txn(conn: Connection) -> SuspensionMaterial | None:
+        found = conn.execute(
+            text(
+                "SELECT run_id, boundary_seq FROM tool_invocations WHERE invocation_id = :inv AND status = 'suspended'"
+            ),
+            {"inv": invocation_id},
+        ).one_or_none()
+        if found is None:
+            return None
+        run_id, boundary_seq = found.run_id, found.boundary_seq
         run = conn.execute(
             text(
                 "SELECT r.status, rd.claim_fence, rd.proof, rd.system_digest, rd.messages_digest, rd.tools_digest, "
@@ -269,6 +336,6 @@ def load_suspension(engine: Engine, run_id: UUID, boundary_seq: int) -> Suspensi
             conn.execute(text("SELECT key, value FROM prerequisites WHERE run_id = :id"), {"id": run_id}).all()
         )
         digests = {k: v for k, v in run._mapping.items() if k != "status"}
-        return SuspensionMaterial(run.status, boundary_seq, digests, calls, files, prerequisites)
+        return SuspensionMaterial(run_id, run.status, boundary_seq, digests, calls, files, prerequisites)
 
     return run_transaction(engine, _txn, isolation_level="REPEATABLE READ", name="load_suspension")

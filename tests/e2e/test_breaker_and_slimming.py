@@ -146,11 +146,18 @@ MB = 1_000_000
 def test_a_one_megabyte_tool_output_is_stored_whole_and_slimmed_in_the_next_model_context(
     cluster: Cluster, ctx
 ) -> None:
+    # Two one-thread workers alternate rounds: round 1 runs on the other worker (its
+    # context loaded cold from the stored bodies), round 2 back on the first (its context
+    # cached warm from round 0 plus what round 1 committed). Both must slim.
     cluster.start_worker("w1", concurrency=1)
     cluster.start_worker("w2", concurrency=1)
     wait_ready(cluster, "w1", "w2")
 
-    script = [{"tool_calls": [{"name": "text_blob", "args": {"size_bytes": MB}}]}, {"content": "read it"}]
+    script = [
+        {"tool_calls": [{"name": "text_blob", "args": {"size_bytes": MB}}]},
+        {"tool_calls": [{"name": "echo", "args": {"after": "blob"}}]},
+        {"content": "read it"},
+    ]
     submitted = client.submit(_request(script, tools=["text_blob", "echo"]), ctx=ctx)
     run = wait_terminal(ctx.engine, submitted.run_id, timeout_s=WAIT_S)
     assert run["status"] == "completed", run
@@ -158,16 +165,19 @@ def test_a_one_megabyte_tool_output_is_stored_whole_and_slimmed_in_the_next_mode
     full = {"text": "x" * MB}
 
     # The invocation row, the event and the stored message keep every byte.
-    (invocation,) = rows(
+    invocations = rows(
         ctx.engine,
         "SELECT tool_call_id, status, result, octet_length(result->>'text') AS n FROM tool_invocations "
-        "WHERE run_id = :id",
+        "WHERE run_id = :id ORDER BY boundary_seq",
         id=submitted.run_id,
     )
-    assert (invocation["tool_call_id"], invocation["status"], invocation["n"]) == ("call_0_0", "completed", MB)
-    assert invocation["result"] == full
-    (event,) = [e for e in _run_events(ctx, submitted.run_id) if e["kind"] == "tool_completed"]
-    assert event["data"] == {"tool_call_id": "call_0_0", "name": "text_blob", "status": "completed", "result": full}
+    blob = invocations[0]
+    assert (blob["tool_call_id"], blob["status"], blob["n"]) == ("call_0_0", "completed", MB)
+    assert blob["result"] == full
+    completed = [e for e in _run_events(ctx, submitted.run_id) if e["kind"] == "tool_completed"]
+    assert completed[0]["data"] == {
+        "tool_call_id": "call_0_0", "name": "text_blob", "status": "completed", "result": full
+    }
     messages = rows(
         ctx.engine,
         "SELECT position, boundary_seq, body, chain_digest, octet_length(body->'result'->>'text') AS n "
@@ -175,32 +185,72 @@ def test_a_one_megabyte_tool_output_is_stored_whole_and_slimmed_in_the_next_mode
         root=submitted.root_id,
     )
     assert [(m["position"], m["boundary_seq"], m["body"]["role"]) for m in messages] == [
-        (0, 0, "user"), (1, 0, "assistant"), (2, 0, "tool"), (3, 1, "assistant")
+        (0, 0, "user"), (1, 0, "assistant"), (2, 0, "tool"), (3, 1, "assistant"), (4, 1, "tool"), (5, 2, "assistant")
     ]
     assert messages[2]["n"] == MB
     assert messages[2]["body"] == {"role": "tool", "tool_call_id": "call_0_0", "name": "text_blob", "result": full}
 
-    # The model's input in round 1 was the slimmed context: a few thousand tokens, where
-    # the full output alone is 250,000.
+    # The model's input in rounds 1 and 2 was the slimmed context: a few thousand tokens,
+    # where the full output alone is 250,000.
     calls = model_calls(ctx.engine, submitted.run_id)
-    assert [c["boundary_seq"] for c in calls] == [0, 1]
+    assert [c["boundary_seq"] for c in calls] == [0, 1, 2]
     assert Message.from_json(messages[2]["body"]).token_count > 250_000
-    assert calls[1]["input_tokens"] < 10_000, calls[1]
-    assert calls[1]["input_tokens"] > MAX_TOOL_OUTPUT_BYTES // 4  # the kept prefix did reach the model
+    for call in calls[1:]:
+        assert MAX_TOOL_OUTPUT_BYTES // 4 < call["input_tokens"] < 10_000, calls
 
-    # The round's messages digest is the chain of the slimmed context, recomputed here
+    # Each round's messages digest is the chain of the slimmed context, recomputed here
     # from the stored bodies with the default limit, and not the chain of the full bodies.
     stored = [Message.from_json(m["body"]) for m in messages]
     slimmed = [slim_tool_results_for_next_round(m, MAX_TOOL_OUTPUT_BYTES) for m in stored]
     assert slimmed[2] != stored[2] and slimmed[2].result is None
+    assert slimmed[:2] + slimmed[3:] == stored[:2] + stored[3:]
     rounds = round_rows(ctx.engine, submitted.run_id)
-    assert rounds[0]["messages_digest"] == context_chain(slimmed[:1])
-    assert rounds[1]["messages_digest"] == context_chain(slimmed[:3])
+    assert [r["messages_digest"] for r in rounds] == [context_chain(slimmed[:n]) for n in (1, 3, 5)]
     assert rounds[1]["messages_digest"] != context_chain(stored[:3])
-    assert [m["chain_digest"] for m in messages] == [context_chain(slimmed[: i + 1]) for i in range(4)]
+    assert [m["chain_digest"] for m in messages] == [context_chain(slimmed[: i + 1]) for i in range(6)]
 
-    # Round 1 ran on the other worker, which loaded (and slimmed) the history cold.
+    # Round 1 ran cold on the other worker, round 2 warm on the first one.
     committers = _committers(cluster, submitted.run_id, ("w1", "w2"))
-    assert committers[0] != committers[1], committers
-    (claim,) = events(cluster, committers[1], "round_claimed", run_id=submitted.run_id, boundary_seq=1)
-    assert claim["cold"] is True
+    assert committers[0] == committers[2] != committers[1], committers
+    (claim1,) = events(cluster, committers[1], "round_claimed", run_id=submitted.run_id, boundary_seq=1)
+    (claim2,) = events(cluster, committers[2], "round_claimed", run_id=submitted.run_id, boundary_seq=2)
+    assert (claim1["cold"], claim2["cold"]) == (True, False)
+
+
+# --- the context digest must not depend on which worker ran the round ---------------------------
+
+
+def test_round_digests_match_the_stored_bodies_when_a_tool_result_holds_a_large_float(cluster: Cluster, ctx) -> None:
+    # add(1e16, 0) returns the float 1e16: canonical JSON writes it "1e+16", but the
+    # stored JSONB gives it back as the integer 10000000000000000. Rounds alternate
+    # between two one-thread workers: round 1 is built cold from the stored bodies,
+    # round 2 warm from the first worker's cache. Every round's messages digest (and
+    # every stored chain digest) must be the chain recomputed from the stored bodies,
+    # whichever worker built it.
+    cluster.start_worker("w1", concurrency=1)
+    cluster.start_worker("w2", concurrency=1)
+    wait_ready(cluster, "w1", "w2")
+
+    script = [
+        {"tool_calls": [{"name": "add", "args": {"a": 1e16, "b": 0}}]},
+        {"tool_calls": [{"name": "echo", "args": {"next": 1}}]},
+        {"content": "ok"},
+    ]
+    submitted = client.submit(_request(script, tools=["add", "echo"]), ctx=ctx)
+    run = wait_terminal(ctx.engine, submitted.run_id, timeout_s=WAIT_S)
+    assert run["status"] == "completed", run
+
+    messages = rows(ctx.engine, "SELECT position, body, chain_digest FROM messages WHERE root_id = :root "
+                                "ORDER BY position", root=submitted.root_id)
+    assert len(messages) == 6
+    context = [slim_tool_results_for_next_round(Message.from_json(m["body"]), MAX_TOOL_OUTPUT_BYTES)
+               for m in messages]
+    rounds = round_rows(ctx.engine, submitted.run_id)
+    committers = _committers(cluster, submitted.run_id, ("w1", "w2"))
+    assert committers[0] == committers[2] != committers[1], committers
+
+    expected = [context_chain(context[:n]) for n in (1, 3, 5)]
+    assert [r["messages_digest"] for r in rounds] == expected, (
+        "a round's messages digest depends on whether its worker built the context warm or cold"
+    )
+    assert [m["chain_digest"] for m in messages] == [context_chain(context[: i + 1]) for i in range(6)]

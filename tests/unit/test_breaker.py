@@ -186,7 +186,7 @@ def test_same_args_with_a_different_result_is_a_different_round() -> None:
     assert (second.repeat_count, second.tripped) == (1, False)
 
 
-@pytest.mark.parametrize("domain", sorted(EXEMPT_DOMAINS))
+@pytest.mark.parametrize("domain", [ToolDomain.LOCAL, ToolDomain.DESKTOP, ToolDomain.PLUGIN])
 @pytest.mark.parametrize("previous_count", [0, 1, 2, 50])
 def test_a_round_with_a_local_desktop_or_plugin_tool_does_not_count(domain, previous_count) -> None:
     assert {str(d) for d in EXEMPT_DOMAINS} == {"local", "desktop", "plugin"}

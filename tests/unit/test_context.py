@@ -274,7 +274,9 @@ def test_loop_stores_the_full_blob_but_the_next_round_sees_the_slimmed_form(char
     assert error1 is None and response1 is not None
     full_tokens = tool.message.token_count
     assert full_tokens >= BLOB // len(char.encode()) // 4
-    assert response1.usage.input_tokens == sum(m.token_count for m in request1.messages)
+    # The scripted model counts the messages it was sent (and, at most, the system prompt).
+    sent = sum(m.token_count for m in request1.messages)
+    assert sent <= response1.usage.input_tokens <= sent + (len(request1.system) + 3) // 4
     assert response1.usage.input_tokens < (2 * max_bytes + 1000) // 4 + 100
     assert response1.usage.input_tokens * 4 < full_tokens
 

@@ -18,6 +18,7 @@ from runtime.loop import (
 from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.base import ModelResponse
 from runtime.models.scripted import ScriptedModel
+from runtime.outcomes import RebuildRequired
 from runtime.tools import ToolDomain
 from tests.unit.support import (
     CountingModel,
@@ -381,10 +382,21 @@ def test_a_retryable_model_unavailable_propagates_and_the_hooks_saw_the_failure(
     assert hooks.finished == [(None, error)]
 
 
+def test_a_context_window_rejection_asks_for_a_rebuild_not_a_failure() -> None:
+    error = ModelInputRejection("context too long")
+    hooks = RecordingHooks()
+    result = drive_react_loop(
+        deps_for(scripted([{"content": "x"}]), model=RaisingModel(error)), RunState.start("go"), hooks
+    )
+
+    assert result.outcome == RebuildRequired("context too long")
+    assert hooks.finished == [(None, error)]
+    assert result.digests.accepted_response is None
+
+
 @pytest.mark.parametrize(
     ("error", "code"),
     [
-        (ModelInputRejection("context too long"), "MODEL_INPUT_REJECTED"),
         (ModelError("garbled response"), "MODEL_ERROR"),
     ],
 )

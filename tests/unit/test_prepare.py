@@ -134,7 +134,7 @@ REFUSALS: list[tuple[str, Mutation, str, str]] = [
         "config.model.turns[0].tool_calls[0].args.c",
         "Extra inputs",
     ),
-    ("unknown_provider", _set(["config", "model", "provider"], "openai"), "config.model.provider", "openai"),
+    ("unknown_provider", _set(["config", "model", "provider"], "gpt-magic"), "config.model.provider", "gpt-magic"),
     (
         "turn_with_content_and_tool_calls",
         _set(["config", "model", "turns", 1, "tool_calls"], [{"name": "add", "args": {"a": 1, "b": 1}}]),

@@ -99,10 +99,11 @@ def test_usage_tokens_are_deterministic() -> None:
     assert user_message("hi").token_count == 8
     m = model([{"content": "hello world!"}, {"tool_calls": [{"name": "echo"}, {"name": "echo"}]}])
 
+    # The system prompt "s" counts too: ceil(1 / 4) = 1 token.
     content = m.complete(request(0, messages))
-    assert content.usage == Usage(input_tokens=8, output_tokens=3)  # ceil(12 / 4)
+    assert content.usage == Usage(input_tokens=9, output_tokens=3)  # ceil(12 / 4)
     calls = m.complete(request(1, messages))
-    assert calls.usage == Usage(input_tokens=8, output_tokens=16)  # 8 per call
+    assert calls.usage == Usage(input_tokens=9, output_tokens=16)  # 8 per call
     assert m.complete(request(0, messages)).usage == content.usage
 
 
@@ -110,7 +111,7 @@ def test_usage_input_tokens_sum_every_message() -> None:
     messages = (user_message("hi"), Message(role="assistant", content="hello there"), user_message("x" * 100))
     response = model([{"content": "ok"}]).complete(request(0, messages))
 
-    assert response.usage.input_tokens == sum(m.token_count for m in messages)
+    assert response.usage.input_tokens == sum(m.token_count for m in messages) + 1  # + the system prompt "s"
     assert response.usage.input_tokens > 8 + 25
 
 

@@ -1,0 +1,242 @@
+"""The OpenAI-compatible Chat Completions adapter: OpenAI, vLLM, Ollama, LM Studio and
+anything else that serves ``POST {base_url}/chat/completions``.
+
+Mapping (request): the system prompt is the first message (``role: system``); tool specs
+become ``tools: [{type: function, function: {name, description, parameters}}]``; an
+assistant's tool calls become ``tool_calls`` with JSON-string ``arguments``; a tool
+result becomes a ``role: tool`` message with its ``tool_call_id`` and, as content, the
+slimmed text if the context has one, else the result (a string as is, anything else as
+canonical JSON, so equal results give equal prompts and provider prompt caches hit).
+
+Mapping (response): ``choices[0].message`` -> ``ModelResponse``; tool call arguments are
+parsed from JSON and must be an object; ``usage.prompt_tokens`` / ``completion_tokens``.
+A server that omits tool call ids (some local servers) gets ``call_<round>_<index>``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from runtime.config import OpenAIModelConfig
+from runtime.errors import ModelError, ModelInputRejection
+from runtime.messages import Message, ToolCall
+from runtime.models.base import ModelRequest, ModelResponse, Usage
+from runtime.models.http import (
+    DEFAULT_RETRY,
+    HttpReply,
+    JsonPoster,
+    ModelKeyMissing,
+    ModelKeys,
+    ModelRequestRefused,
+    ModelResponseInvalid,
+    ResolvedKey,
+    RetryPolicy,
+    SharedClient,
+    describe_error_body,
+    error_fields,
+    redact,
+    token_count,
+    tool_result_text,
+)
+
+PROVIDER = "openai"
+# Phrases OpenAI-compatible servers use when the prompt does not fit the context window.
+OVERFLOW_PHRASES = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length exceeded",
+    "context window",
+    "prompt is too long",
+    "too many input tokens",
+)
+
+
+def to_openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for m in messages:
+        if m.role == "user":
+            out.append({"role": "user", "content": m.content or ""})
+        elif m.role == "assistant":
+            entry: dict[str, Any] = {"role": "assistant", "content": m.content}
+            if m.tool_calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.args, ensure_ascii=False)},
+                    }
+                    for c in m.tool_calls
+                ]
+            elif m.content is None:
+                entry["content"] = ""
+            out.append(entry)
+        else:
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": tool_result_text(m)})
+    return out
+
+
+def to_openai_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {"name": t["name"], "description": t.get("description", ""), "parameters": t["parameters"]},
+        }
+        for t in tools
+    ]
+
+
+def chat_request_body(config: OpenAIModelConfig, request: ModelRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": config.name, "messages": to_openai_messages(request.system, request.messages)}
+    if request.tools:  # OpenAI refuses an empty tools list
+        body["tools"] = to_openai_tools(request.tools)
+    if config.max_tokens is not None:
+        body["max_tokens"] = config.max_tokens
+    if config.temperature is not None:
+        body["temperature"] = config.temperature
+    return body
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_arguments(raw: Any, call_id: str, name: str) -> dict[str, Any]:
+    """A tool call's arguments: a JSON object, sent as a string (the API) or, by some
+    servers, already as an object. Empty means no arguments."""
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or raw == "":
+        return {}
+    if not isinstance(raw, str):
+        raise ModelResponseInvalid(f"{PROVIDER}: tool call {call_id} ({name}) has arguments that are not a string")
+    try:
+        args = json.loads(raw, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise ModelResponseInvalid(
+            f"{PROVIDER}: tool call {call_id} ({name}) has arguments that are not valid JSON ({exc}): {raw[:200]!r}"
+        ) from None
+    if not isinstance(args, dict):
+        raise ModelResponseInvalid(
+            f"{PROVIDER}: tool call {call_id} ({name}) has arguments that are a JSON {type(args).__name__}, "
+            "not an object"
+        )
+    return args
+
+
+def _text(content: Any) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts, from some compatible servers
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict)) or None
+    raise ModelResponseInvalid(f"{PROVIDER}: the message content is a {type(content).__name__}, not text")
+
+
+def parse_chat_response(body: Any, round_index: int) -> ModelResponse:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ModelResponseInvalid(f"{PROVIDER}: the response has no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise ModelResponseInvalid(f"{PROVIDER}: the first choice has no message")
+    calls = []
+    for i, raw in enumerate(message.get("tool_calls") or ()):
+        function = raw.get("function") if isinstance(raw, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise ModelResponseInvalid(f"{PROVIDER}: tool call {i} has no function name")
+        call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else f"call_{round_index}_{i}"
+        calls.append(
+            ToolCall(call_id, function["name"], parse_arguments(function.get("arguments"), call_id, function["name"]))
+        )
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    return ModelResponse(
+        content=_text(message.get("content")),
+        tool_calls=tuple(calls),
+        usage=Usage(
+            input_tokens=token_count(usage.get("prompt_tokens")),
+            output_tokens=token_count(usage.get("completion_tokens")),
+        ),
+    )
+
+
+def is_context_overflow(reply: HttpReply) -> bool:
+    if reply.status == 413:
+        return True
+    if reply.status not in (400, 422):
+        return False
+    _, code, message = error_fields(reply)
+    text = f"{code} {message}".lower()
+    return any(phrase in text for phrase in OVERFLOW_PHRASES)
+
+
+def error_for(reply: HttpReply, label: str, key_ref: str | None, secrets: tuple[str, ...]) -> ModelError:
+    """The typed error for a final non-2xx reply."""
+    detail = describe_error_body(reply, secrets)
+    if is_context_overflow(reply):
+        return ModelInputRejection(f"{label} rejected the input as too long for the context window{detail}")
+    if reply.status == 401:
+        # Not even the provider's message: some echo a masked key back.
+        return ModelRequestRefused(
+            f"{label} refused the API key (HTTP 401; api_key_ref {key_ref!r})", provider=PROVIDER, status=401
+        )
+    return ModelRequestRefused(
+        f"{label} refused the request: HTTP {reply.status}{detail}", provider=PROVIDER, status=reply.status
+    )
+
+
+class OpenAICompatModel:
+    """One run's client. Holds no per-call state, so it is safe from many threads."""
+
+    def __init__(self, config: OpenAIModelConfig, key: ResolvedKey, poster: JsonPoster) -> None:
+        self._config = config
+        self._key = key
+        self._poster = poster
+        self._url = config.base_url.rstrip("/") + "/chat/completions"
+        self._label = f"{PROVIDER} ({urlsplit(config.base_url).netloc})"
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatModel(name={self._config.name!r}, base_url={self._config.base_url!r})"
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        if self._key.missing is not None:
+            raise ModelKeyMissing(f"{PROVIDER}: {self._key.missing}")
+        headers = {}
+        token = self._key.header_value()
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
+        secrets = self._key.secrets()
+        reply = self._poster.post(
+            self._url, headers, chat_request_body(self._config, request), request.timeout_s, secrets
+        )
+        if not reply.ok:
+            raise error_for(reply, self._label, self._config.api_key_ref, secrets)
+        if reply.body is None:
+            raise ModelResponseInvalid(f"{self._label} answered HTTP {reply.status} with a body that is not JSON")
+        try:
+            return parse_chat_response(reply.body, request.round_index)
+        except ModelResponseInvalid as exc:  # it may quote the model's output, which may quote the key
+            raise ModelResponseInvalid(redact(exc.message, secrets)) from None
+
+
+class OpenAIProvider:
+    """The ``openai`` entry of ``Runtime.base.model_providers``: builds one run's client
+    from its config, with the key its ``api_key_ref`` names (checked here, so
+    ``prepare_execution`` refuses an unknown name or a base URL keys may not go to)."""
+
+    def __init__(self, keys: ModelKeys, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        self._keys = keys
+        self._retry = retry
+        self._http = SharedClient()
+
+    def __repr__(self) -> str:
+        return "OpenAIProvider()"
+
+    def __call__(self, config: Any) -> OpenAICompatModel:
+        if not isinstance(config, OpenAIModelConfig):
+            raise TypeError(f"OpenAIProvider needs an OpenAIModelConfig, not {type(config).__name__}")
+        key = self._keys.resolve(PROVIDER, config.api_key_ref, config.base_url)
+        return OpenAICompatModel(config, key, JsonPoster(PROVIDER, self._http, self._retry))
+
+    def close(self) -> None:
+        self._http.close()

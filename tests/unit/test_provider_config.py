@@ -1,0 +1,307 @@
+"""Provider config, keys and retry timing: what a run request may say about its model,
+which key it gets, where that key may go, and how long a retry waits."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from runtime.config import AnthropicModelConfig, OpenAIModelConfig
+from runtime.deps import build_runtime
+from runtime.errors import RequestInvalid
+from runtime.models.anthropic import AnthropicModel
+from runtime.models.http import ModelKeys, RetryPolicy, backoff_s, retry_after_s
+from runtime.models.openai_compat import OpenAICompatModel
+from runtime.outcomes import Fail, Finish
+from runtime.prepare import prepare_execution, resolve_and_run
+from tests.unit.test_provider_server import FakeProvider, add_then_answer
+from worker.settings import SettingsError, load_settings
+
+CANARY = "sk-canary-XYZ"
+
+
+def run_request(model: dict[str, Any], tools: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "owner": "team-test",
+        "root_id": None,
+        "input": "Add 2 and 3.",
+        "config": {"model": model, "system_prompt": "You add.", "tools": tools or ["add"]},
+    }
+
+
+def refusal(model: dict[str, Any], keys: ModelKeys | None = None) -> RequestInvalid:
+    with pytest.raises(RequestInvalid) as info:
+        prepare_execution(build_runtime(model_keys=keys), run_request(model))
+    return info.value
+
+
+# --- the model config in a run request -------------------------------------------------------
+
+
+def test_openai_and_anthropic_configs_parse_with_their_defaults() -> None:
+    runtime = build_runtime()
+    _, openai = prepare_execution(runtime, run_request({"provider": "openai", "name": "gpt-4o-mini"}))
+    _, anthropic = prepare_execution(runtime, run_request({"provider": "anthropic", "name": "claude-x"}))
+
+    assert openai.turn_config.model == OpenAIModelConfig(provider="openai", name="gpt-4o-mini")
+    assert openai.turn_config.model.base_url == "https://api.openai.com/v1"
+    assert openai.turn_config.model.api_key_ref == "default"
+    assert isinstance(openai.deps.model, OpenAICompatModel)
+    assert anthropic.turn_config.model == AnthropicModelConfig(provider="anthropic", name="claude-x")
+    assert (anthropic.turn_config.model.base_url, anthropic.turn_config.model.max_tokens) == (
+        "https://api.anthropic.com",
+        4096,
+    )
+    assert isinstance(anthropic.deps.model, AnthropicModel)
+
+
+def test_a_stored_config_parses_back_to_the_same_config() -> None:
+    # The submit path stores model_dump(mode="json"); the worker parses it again.
+    model = {
+        "provider": "openai",
+        "name": "m",
+        "base_url": "http://10.0.0.5:8000/v1",
+        "api_key_ref": None,
+        "max_tokens": 64,
+        "temperature": 0.0,
+    }
+    _, prepared = prepare_execution(build_runtime(), run_request(model))
+    stored = prepared.turn_config.model_dump(mode="json")
+    _, again = prepare_execution(build_runtime(), {**run_request(model), "config": stored})
+
+    assert again.turn_config == prepared.turn_config
+
+
+@pytest.mark.parametrize(
+    ("model", "field_end", "fragment"),
+    [
+        ({"provider": "openai", "name": "m", "base_url": "ftp://h/v1"}, "base_url", "http:// or https://"),
+        ({"provider": "openai", "name": "m", "base_url": "https:///v1"}, "base_url", "with a host"),
+        ({"provider": "openai", "name": "m", "base_url": "not a url"}, "base_url", "http:// or https://"),
+        ({"provider": "anthropic", "name": "m", "base_url": "https://user:pw@h"}, "base_url", "user info"),
+        ({"provider": "openai", "name": "m", "base_url": "https://h/v1?key=abc"}, "base_url", "query string"),
+        ({"provider": "openai", "name": ""}, "name", "at least 1"),
+        ({"provider": "openai", "name": "m", "temperature": 2.5}, "temperature", "less than or equal to 2"),
+        ({"provider": "anthropic", "name": "m", "temperature": 1.5}, "temperature", "less than or equal to 1"),
+        ({"provider": "anthropic", "name": "m", "max_tokens": 0}, "max_tokens", "greater than"),
+        ({"provider": "openai", "name": "m", "max_tokens": "5"}, "max_tokens", "valid integer"),
+        ({"provider": "openai", "name": "m", "api_key_ref": "has space"}, "api_key_ref", "pattern"),
+        ({"provider": "openai", "name": "m", "headers": {"x": "y"}}, "headers", "Extra inputs"),
+    ],
+    ids=[
+        "ftp",
+        "no_host",
+        "not_a_url",
+        "userinfo",
+        "query",
+        "empty_name",
+        "openai_temp",
+        "anthropic_temp",
+        "zero_max_tokens",
+        "string_max_tokens",
+        "bad_ref",
+        "extra_field",
+    ],
+)
+def test_invalid_model_config_is_refused_naming_the_field(model: dict[str, Any], field_end: str, fragment: str) -> None:
+    error = refusal(model)
+
+    assert error.field.startswith("config.model") and error.field.endswith(field_end)
+    assert fragment in error.reason
+
+
+@pytest.mark.parametrize("field", ["api_key", "key", "authorization"])
+def test_a_request_carrying_a_key_is_refused_without_echoing_it(field: str) -> None:
+    error = refusal({"provider": "openai", "name": "m", field: CANARY})
+
+    assert error.field.endswith(field) and "Extra inputs" in error.reason
+    assert CANARY not in str(error) and CANARY not in repr(error)
+
+
+def test_a_key_given_as_api_key_ref_is_refused_without_echoing_it() -> None:
+    error = refusal({"provider": "openai", "name": "m", "api_key_ref": CANARY})
+
+    assert error.field.endswith("api_key_ref") and "must never be the key itself" in error.reason
+    assert CANARY not in str(error)
+
+
+def test_a_configured_key_value_given_as_api_key_ref_is_refused() -> None:
+    # A key that looks like a name still cannot be smuggled in as a reference.
+    keys = ModelKeys(named={"team-b": SecretStr("teamBsecret123")})
+    error = refusal({"provider": "openai", "name": "m", "api_key_ref": "teamBsecret123"}, keys)
+
+    assert error.field == "config.model.api_key_ref" and "never contain it" in error.reason
+    assert "teamBsecret123" not in str(error)
+
+
+# --- which key, and where it may go ----------------------------------------------------------
+
+
+def test_an_unknown_key_name_is_refused_at_prepare_listing_the_configured_names() -> None:
+    keys = ModelKeys(named={"team-b": SecretStr("x" * 20), "team-a": SecretStr("y" * 20)})
+    error = refusal({"provider": "anthropic", "name": "m", "api_key_ref": "team-c"}, keys)
+
+    assert error.field == "config.model.api_key_ref"
+    assert "'team-c'" in error.reason and "team-a, team-b" in error.reason
+    assert "x" * 20 not in str(error)
+
+
+def test_a_key_is_never_sent_to_a_base_url_the_deployment_does_not_list() -> None:
+    keys = ModelKeys(openai=SecretStr(CANARY), base_urls=("http://vllm.internal:8000/v1",))
+    error = refusal({"provider": "openai", "name": "m", "base_url": "https://attacker.example/v1"}, keys)
+
+    assert error.field == "config.model.base_url"
+    assert "https://api.openai.com/v1, http://vllm.internal:8000/v1" in error.reason
+    assert CANARY not in str(error)
+
+
+def test_listed_and_official_base_urls_are_accepted_up_to_case_and_trailing_slash() -> None:
+    keys = ModelKeys(openai=SecretStr(CANARY), base_urls=("http://vllm.internal:8000/v1",))
+    runtime = build_runtime(model_keys=keys)
+    for url in ("https://API.openai.com/v1/", "http://vllm.internal:8000/v1/"):
+        prepare_execution(runtime, run_request({"provider": "openai", "name": "m", "base_url": url}))
+
+
+def test_a_run_without_a_key_may_use_any_base_url() -> None:
+    _, prepared = prepare_execution(
+        build_runtime(),
+        run_request(
+            {"provider": "openai", "name": "llama3", "base_url": "http://localhost:11434/v1", "api_key_ref": None}
+        ),
+    )
+    assert isinstance(prepared.deps.model, OpenAICompatModel)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    server = FakeProvider(add_then_answer)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize(
+    ("provider", "variable"), [("openai", "AIDAWORK_OPENAI_API_KEY"), ("anthropic", "AIDAWORK_ANTHROPIC_API_KEY")]
+)
+def test_a_missing_default_key_fails_the_run_with_a_typed_error_and_no_call(
+    fake: FakeProvider, provider: str, variable: str
+) -> None:
+    base_url = f"{fake.url}/v1" if provider == "openai" else fake.url
+    runtime = build_runtime(model_keys=ModelKeys(base_urls=(base_url,)))  # no keys at all
+    run = resolve_and_run(runtime, run_request({"provider": provider, "name": "m", "base_url": base_url}))
+
+    assert isinstance(run.outcome, Fail)
+    assert run.outcome.error_code == "MODEL_API_KEY_MISSING"
+    assert variable in run.outcome.message
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_tool_using_run_completes_in_process_against_the_loopback_provider(fake: FakeProvider, provider: str) -> None:
+    base_url = f"{fake.url}/v1" if provider == "openai" else fake.url
+    keys = ModelKeys(named={"team-b": SecretStr("named-key-value-1")}, base_urls=(base_url,))
+    model = {"provider": provider, "name": "m", "base_url": base_url, "api_key_ref": "team-b"}
+    run = resolve_and_run(build_runtime(model_keys=keys), run_request(model))
+
+    assert run.outcome == Finish(output="The sum is 5.")
+    assert run.rounds == 2 and len(fake.requests) == 2
+    header = "authorization" if provider == "openai" else "x-api-key"
+    expected = "Bearer named-key-value-1" if provider == "openai" else "named-key-value-1"
+    assert [r.headers[header] for r in fake.requests] == [expected, expected]
+    # The add tool really ran: its result is what the second request carries.
+    assert '{"sum":5}' in str(fake.requests[1].body["messages"][-1])
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("AIDAWORK_"):
+            monkeypatch.delenv(name)
+
+
+def test_keys_and_base_urls_are_read_from_the_environment_and_masked(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIDAWORK_OPENAI_API_KEY", CANARY)
+    monkeypatch.setenv("AIDAWORK_ANTHROPIC_API_KEY", "sk-ant-canary")
+    monkeypatch.setenv("AIDAWORK_MODEL_KEYS", '{"team-b": "sk-named-canary"}')
+    monkeypatch.setenv("AIDAWORK_MODEL_BASE_URLS", '["http://127.0.0.1:8000/v1"]')
+    settings = load_settings()
+
+    assert settings.openai_api_key is not None and settings.openai_api_key.get_secret_value() == CANARY
+    assert settings.anthropic_api_key is not None
+    assert settings.model_keys["team-b"].get_secret_value() == "sk-named-canary"
+    assert settings.model_base_urls == ["http://127.0.0.1:8000/v1"]
+    for text in (repr(settings), str(settings), str(settings.model_dump())):
+        assert CANARY not in text and "sk-ant-canary" not in text and "sk-named-canary" not in text
+
+
+def test_defaults_have_no_keys(clean_env: None) -> None:
+    settings = load_settings()
+    assert (settings.openai_api_key, settings.anthropic_api_key, settings.model_keys, settings.model_base_urls) == (
+        None,
+        None,
+        {},
+        [],
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("AIDAWORK_MODEL_KEYS", '{"default": "sk-x"}'),
+        ("AIDAWORK_MODEL_KEYS", '{"has space": "sk-x"}'),
+        ("AIDAWORK_MODEL_BASE_URLS", '["ftp://h"]'),
+        ("AIDAWORK_MODEL_BASE_URLS", '["https://h/v1?key=sk-x"]'),
+    ],
+    ids=["reserved_name", "bad_name", "ftp_url", "url_with_query"],
+)
+def test_bad_key_settings_are_refused_naming_the_variable(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert variable in str(info.value)
+    assert "sk-x" not in str(info.value)
+
+
+# --- retry timing --------------------------------------------------------------------------
+
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after": "3"}, 3.0),
+        ({"retry-after": " 0.5 "}, 0.5),
+        ({"retry-after": format_datetime(NOW + timedelta(seconds=7), usegmt=True)}, 7.0),
+        ({"retry-after": format_datetime(NOW - timedelta(seconds=7), usegmt=True)}, 0.0),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "-1"}, None),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after": "nan"}, None),
+        ({}, None),
+    ],
+    ids=["seconds", "fraction", "http_date", "past_date", "millis_first", "negative", "garbage", "nan", "absent"],
+)
+def test_retry_after_is_read_as_seconds_or_an_http_date(headers: dict[str, str], expected: float | None) -> None:
+    assert retry_after_s(headers, now=NOW) == expected
+
+
+def test_backoff_grows_exponentially_with_jitter_and_is_capped() -> None:
+    policy = RetryPolicy(base_s=0.5, cap_s=4.0)
+    assert [backoff_s(n, policy, rand=lambda: 1.0) for n in (1, 2, 3, 4, 5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert [backoff_s(n, policy, rand=lambda: 0.0) for n in (1, 2, 3)] == [0.25, 0.5, 1.0]
+    draws = {backoff_s(3, policy) for _ in range(50)}
+    assert len(draws) > 1 and all(1.0 <= d <= 2.0 for d in draws)

@@ -1,0 +1,493 @@
+"""The HTTP API for upstream services (``aidawork api``): the Python client
+(``worker.client``) over HTTP, plus each run's events as a server-sent event stream.
+
+- Authentication: ``Authorization: Bearer <token>``; AIDAWORK_API_TOKENS maps each token
+  to an owner. The owner of a submitted run is the token's owner; a token sees only its
+  owner's runs and Roots, and anything else is reported as not found (404, never 403),
+  so a caller cannot learn that another owner's run exists.
+- Bodies above AIDAWORK_API_MAX_BODY_BYTES are refused with 413 before they are parsed.
+- Every refusal is ``{"error": {"code", "message", "field"}}``; a refused request
+  stores nothing (validation runs before the store's single transaction).
+- ``GET /v1/runs/{id}/events`` follows the durable ``run_events`` table: ``id`` is the
+  event's seq, so a client that reconnects with ``Last-Event-ID`` gets exactly the
+  events after it, in order. The stream ends after the run's terminal event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+import anyio
+import structlog
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.exc import OperationalError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runtime.errors import AidaworkError, RequestInvalid
+from runtime.prepare import format_loc
+from schema.store import owners as owner_store
+from schema.store.errors import RootNotFound, RunNotFound
+from schema.store.suspensions import DeliveryRefused
+from schema.wire import TERMINAL_EVENTS, RunEvent, RunStatus, RunView
+from worker import client
+from worker.bootstrap import WorkerContext, get_context
+from worker.settings import Settings, get_settings
+
+log = structlog.get_logger("aidawork.api")
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """A refusal with its HTTP status; rendered as ``{"error": {...}}``."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None, **headers: str) -> JSONResponse:
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers or None)
+
+
+def validation_refusal(errors: list[Any]) -> ApiError:
+    """The first pydantic/FastAPI error as a refusal naming its field (``config.tools[1]``,
+    ``run_id``); malformed JSON is a 400, anything else a 422."""
+    err = errors[0]
+    where, *loc = list(err["loc"]) or ["body"]
+    if err["type"] == "json_invalid":
+        detail = err.get("ctx", {}).get("error", "JSON decode error")
+        return ApiError(400, "BODY_INVALID", f"the body is not valid JSON: {detail} (at character {loc[0]})", "body")
+    field = format_loc(loc) if loc else str(where)
+    if where == "body" and not loc:
+        return ApiError(422, "REQUEST_INVALID", f"body: {err['msg']} (send a JSON object)", "body")
+    return ApiError(422, "REQUEST_INVALID", f"{field}: {err['msg']}", field)
+
+
+# The status of each expected error raised by the store or the client.
+STATUS_OF: Mapping[type[AidaworkError], tuple[int, str | None]] = {
+    RequestInvalid: (422, None),  # field from the error itself
+    RunNotFound: (404, "run_id"),
+    RootNotFound: (404, "root_id"),
+    DeliveryRefused: (409, None),
+}
+
+
+def _refusal_of(exc: AidaworkError) -> ApiError:
+    for cls, (status, field) in STATUS_OF.items():
+        if isinstance(exc, cls):
+            return ApiError(status, exc.code, exc.message, exc.field if isinstance(exc, RequestInvalid) else field)
+    return ApiError(500, exc.code, exc.message)
+
+
+# --- wire models of the API -----------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunSubmission(_Body):
+    """A run request (see ``schema.wire.RunRequest``). ``owner`` is the token's owner: omit
+    it, or send the same value; another owner is refused (422, field ``owner``)."""
+
+    owner: str | None = None
+    root_id: UUID | None = None
+    input: str
+    config: dict[str, Any]
+
+
+class Delivery(_Body):
+    tool_call_id: str = Field(min_length=1)
+    files: dict[str, str] = Field(description="path -> UTF-8 text, exactly the paths the tool call asked for")
+
+
+class Prerequisite(_Body):
+    key: str = Field(min_length=1)
+    value: Any = Field(description="any JSON value")
+
+
+class SubmittedRun(_Body):
+    run_id: UUID
+    root_id: UUID
+    root_seq: int
+
+
+class DeliveryReceipt(_Body):
+    stored: bool = Field(description="false: this exact input was already there; nothing changed")
+    resuming: bool = Field(description="the run had all its inputs and was sent to resume")
+
+
+class Cancelled(_Body):
+    run_id: UUID
+    cancelled: bool
+
+
+class RootRunItem(_Body):
+    run_id: UUID
+    root_seq: int
+    status: RunStatus
+    rounds: int
+    output: str | None
+    error_code: str | None
+    error_message: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RootRuns(_Body):
+    root_id: UUID
+    runs: list[RootRunItem]
+
+
+# --- authentication ---------------------------------------------------------------------------
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+class TokenTable:
+    """Tokens are kept only as SHA-256 digests: looking one up compares digests, not the
+    secret, so lookup time says nothing useful about a guessed token."""
+
+    def __init__(self, owners: Mapping[str, str]) -> None:
+        self._owners = {_digest(token): owner for token, owner in owners.items()}
+
+    def owner_of(self, token: str) -> str | None:
+        return self._owners.get(_digest(token))
+
+    def __len__(self) -> int:
+        return len(self._owners)
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    tokens: TokenTable
+    context: Callable[[], WorkerContext]
+
+
+async def _state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.aidawork
+    return state
+
+
+_bearer = HTTPBearer(auto_error=False, description="a token from AIDAWORK_API_TOKENS")
+
+
+async def _owner(
+    state: Annotated[ApiState, Depends(_state)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str:
+    if credentials is None:
+        raise ApiError(401, "UNAUTHENTICATED", "send Authorization: Bearer <token>", "Authorization")
+    owner = state.tokens.owner_of(credentials.credentials)
+    if owner is None:
+        raise ApiError(401, "UNAUTHENTICATED", "the bearer token is not valid", "Authorization")
+    return owner
+
+
+Owner = Annotated[str, Depends(_owner)]
+# Endpoints take the context from the state only after their own checks, so a refused
+# request never touches the database.
+State = Annotated[ApiState, Depends(_state)]
+
+# --- request size ---------------------------------------------------------------------------
+
+
+class _BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the body is larger than {limit} bytes (AIDAWORK_API_MAX_BODY_BYTES)")
+
+
+class BodyLimit:
+    """Refuses a body over ``max_bytes`` before anything parses it: at once when the
+    Content-Length says so, else as soon as the bytes received pass the limit (chunked
+    uploads). Also logs one ``request_served`` line per request."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started_at, status = time.monotonic(), [0]
+
+        async def logged_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self._limited(scope, receive, logged_send)
+        finally:
+            log.info(
+                "request_served",
+                method=scope["method"],
+                path=scope["path"],
+                status=status[0],
+                duration_ms=round((time.monotonic() - started_at) * 1000, 1),
+            )
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            refused = _BodyTooLarge(self.max_bytes)
+            await error_response(413, "BODY_TOO_LARGE", refused.detail, "body")(scope, receive, send)
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    # An HTTPException passes through FastAPI's body reading unchanged.
+                    raise _BodyTooLarge(self.max_bytes)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+# --- server-sent events ---------------------------------------------------------------------
+
+
+def format_sse(event: RunEvent) -> str:
+    """One SSE message. The JSON has no raw newlines (they are escaped inside strings),
+    so ``data`` is a single line."""
+    return f"id: {event.seq}\nevent: {event.kind.value}\ndata: {event.model_dump_json()}\n\n"
+
+
+KEEPALIVE = ": keepalive\n\n"
+
+
+def parse_last_event_id(raw: str | None) -> int:
+    if raw is None or raw.strip() == "":
+        return 0
+    if not raw.strip().isdigit():
+        raise ApiError(
+            400, "REQUEST_INVALID", f"Last-Event-ID must be an event seq (got {raw[:40]!r})", "Last-Event-ID"
+        )
+    return int(raw.strip())
+
+
+async def event_stream(
+    request: Request, ctx: WorkerContext, run_id: UUID, after_seq: int, *, poll_s: float, keepalive_s: float
+) -> AsyncIterator[str]:
+    """The run's events after ``after_seq`` until its terminal event. Polls the durable
+    table (events from every worker land there); the database work runs in a thread."""
+    quiet_s = 0.0
+    while True:
+        try:
+            tail = await run_in_threadpool(owner_store.read_event_tail, ctx.engine, run_id, after_seq=after_seq)
+        except OperationalError as exc:  # the client reconnects with Last-Event-ID
+            log.warning("event_stream_interrupted", run_id=str(run_id), error=str(exc.orig))
+            return
+        for event in tail.events:
+            yield format_sse(event)
+            after_seq = event.seq
+            if event.kind in TERMINAL_EVENTS:
+                return
+        if tail.events:
+            quiet_s = 0.0
+            continue
+        if tail.ended or await request.is_disconnected():
+            return  # ended: its terminal event was at or before the client's Last-Event-ID
+        await anyio.sleep(poll_s)
+        quiet_s += poll_s
+        if quiet_s >= keepalive_s:
+            quiet_s = 0.0
+            yield KEEPALIVE
+
+
+# --- endpoints ------------------------------------------------------------------------------
+
+_REFUSALS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": what}
+    for status, what in {
+        400: "malformed JSON or header",
+        401: "missing or invalid bearer token",
+        404: "no such run or Root for this token's owner",
+        409: "the run's state refuses this",
+        413: "body too large",
+        422: "invalid field (named in error.field)",
+    }.items()
+}
+router = APIRouter(prefix="/v1", responses=_REFUSALS)
+
+
+@router.post("/runs", status_code=201, response_model=SubmittedRun, summary="Submit a run")
+def submit_run(body: RunSubmission, owner: Owner, state: State, response: Response) -> SubmittedRun:
+    if body.owner is not None and body.owner != owner:
+        raise ApiError(
+            422, "REQUEST_INVALID", f"owner: this token submits for {owner!r}; omit owner or send it", "owner"
+        )
+    try:
+        submitted = client.submit({**body.model_dump(), "owner": owner}, ctx=state.context())
+    except RootNotFound as exc:  # a field of this request, not the resource addressed
+        raise ApiError(422, exc.code, exc.message, "root_id") from None
+    response.headers["Location"] = f"/v1/runs/{submitted.run_id}"
+    return SubmittedRun(run_id=submitted.run_id, root_id=submitted.root_id, root_seq=submitted.root_seq)
+
+
+@router.get("/runs/{run_id}", response_model=RunView, summary="A run's status")
+def get_run(run_id: UUID, owner: Owner, state: State) -> RunView:
+    view = client.status(run_id, ctx=state.context())
+    if view.owner != owner:
+        raise RunNotFound(run_id)
+    return view
+
+
+@router.post("/runs/{run_id}/cancel", response_model=Cancelled, summary="Cancel a run that has not ended")
+def cancel_run(run_id: UUID, owner: Owner, state: State) -> Cancelled:
+    ctx = state.context()
+    owner_store.check_run_owner(ctx.engine, run_id, owner)
+    if not client.cancel(run_id, ctx=ctx):
+        raise ApiError(409, "RUN_ENDED", f"run {run_id} has already ended", "run_id")
+    return Cancelled(run_id=run_id, cancelled=True)
+
+
+@router.post("/runs/{run_id}/deliveries", response_model=DeliveryReceipt, summary="Deliver files for a local read")
+def deliver(run_id: UUID, body: Delivery, owner: Owner, state: State) -> DeliveryReceipt:
+    ctx = state.context()
+    owner_store.check_run_owner(ctx.engine, run_id, owner)
+    try:
+        receipt = client.deliver(run_id, body.tool_call_id, body.files, ctx=ctx)
+    except DeliveryRefused as exc:
+        raise ApiError(409, exc.code, exc.message, "tool_call_id") from None
+    return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
+
+
+@router.post("/runs/{run_id}/prerequisites", response_model=DeliveryReceipt, summary="Resolve a prerequisite")
+def resolve(run_id: UUID, body: Prerequisite, owner: Owner, state: State) -> DeliveryReceipt:
+    ctx = state.context()
+    owner_store.check_run_owner(ctx.engine, run_id, owner)
+    try:
+        receipt = client.resolve(run_id, body.key, body.value, ctx=ctx)
+    except DeliveryRefused as exc:
+        raise ApiError(409, exc.code, exc.message, "key") from None
+    return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
+
+
+@router.get("/roots/{root_id}/runs", response_model=RootRuns, summary="A Root's runs, in execution order")
+def root_runs(
+    root_id: UUID,
+    owner: Owner,
+    state: State,
+    after_seq: Annotated[int, Query(ge=-1, description="only runs with root_seq above this")] = -1,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> RootRuns:
+    found = owner_store.list_root_runs(state.context().engine, root_id, owner, after_seq=after_seq, limit=limit)
+    return RootRuns(root_id=root_id, runs=[RootRunItem(**vars(run)) for run in found])
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    summary="The run's events as server-sent events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "id: seq, event: kind, data: JSON"}},
+)
+async def run_events(
+    run_id: UUID,
+    request: Request,
+    owner: Owner,
+    state: State,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", description="resume after this seq")] = None,
+) -> StreamingResponse:
+    after_seq = parse_last_event_id(last_event_id)
+    ctx = state.context()
+    await run_in_threadpool(owner_store.check_run_owner, ctx.engine, run_id, owner)
+    stream = event_stream(
+        request,
+        ctx,
+        run_id,
+        after_seq,
+        poll_s=state.settings.api_events_poll_s,
+        keepalive_s=state.settings.api_keepalive_s,
+    )
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+
+# --- the app --------------------------------------------------------------------------------
+
+
+async def _on_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    extra = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    return error_response(exc.status, exc.code, exc.message, exc.field, **extra)
+
+
+async def _on_aidawork_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, AidaworkError)
+    return await _on_api_error(request, _refusal_of(exc))
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return await _on_api_error(request, validation_refusal(list(exc.errors())))
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if isinstance(exc, _BodyTooLarge):
+        return error_response(413, "BODY_TOO_LARGE", exc.detail, "body")
+    code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, f"HTTP_{exc.status_code}")
+    return error_response(exc.status_code, code, str(exc.detail), **(exc.headers or {}))
+
+
+async def _on_database_down(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OperationalError)
+    log.error("database_unavailable", error=str(exc.orig))
+    return error_response(503, "DATABASE_UNAVAILABLE", "the database cannot be reached; retry later")
+
+
+def create_app(settings: Settings | None = None, context: Callable[[], WorkerContext] | None = None) -> FastAPI:
+    """The ASGI app. ``context`` gives the engine and runtime (default: this process's,
+    built from the environment on first use)."""
+    settings = settings or get_settings()
+    app = FastAPI(
+        title="AIDAWORK",
+        version="1",
+        summary="Durable LLM agent runs: submit, follow, deliver inputs, cancel.",
+    )
+    app.state.aidawork = ApiState(settings, TokenTable(settings.api_token_owners), context or get_context)
+    app.include_router(router)
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(AidaworkError, _on_aidawork_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(HTTPException, _on_http_error)
+    app.add_exception_handler(OperationalError, _on_database_down)
+    app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,118 @@
+"""The I/O shell of a context rebuild, run when the provider rejected a round's input as
+too long (``RebuildRequired``), under the round's claim:
+
+1. reserve_model_rebuild: a slot in the Root's open chain (ordinal 1, or 2 bound to the
+   consumed 1; a third rejection in one chain is ``RebuildExhausted``);
+2. prepare_model_rebuild_candidate: choose the source prefix and summarize it - once;
+3. admit_model_rebuild_request: at REPEATABLE READ under the claim fence, verify the
+   driver's proof and the prefix again, consume the build and advance the checkpoint
+   (a serialization conflict retries only this transaction). If the source changed,
+   prepare again, a bounded number of times.
+The caller then runs the round again on the rebuilt context.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import structlog
+
+from runtime.context import context_chain
+from runtime.deps import OrchestratorDeps
+from runtime.loop import RoundHooks
+from runtime.memory import RunMemory
+from runtime.proofs import ProjectionRefused
+from runtime.rebuild import (
+    RebuildCandidate,
+    RebuildSourceChanged,
+    deterministic_summary,
+    model_summarizer,
+    prepare_model_rebuild_candidate,
+    summary_message,
+    with_previous,
+)
+from schema.store import rebuilds as rebuild_store
+from schema.store.runs import Claim
+from worker.bootstrap import WorkerContext
+
+log = structlog.get_logger("aidawork.rebuild")
+
+MAX_PREPARES = 3
+
+
+def rebuild_context(
+    ctx: WorkerContext, claim: Claim, memory: RunMemory, deps: OrchestratorDeps, hooks: RoundHooks
+) -> RunMemory:
+    anchor = memory.last_position
+    predecessor = memory.last_build_id if memory.chain_anchor == anchor else None
+    reservation = rebuild_store.reserve_model_rebuild(
+        ctx.engine,
+        run_id=claim.run_id,
+        fence=claim.fence,
+        boundary_seq=claim.boundary_seq,
+        chain_anchor=anchor,
+        predecessor_build_id=predecessor,
+    )
+    log.info("rebuild_reserved", build_id=str(reservation.build_id), ordinal=reservation.ordinal)
+    summarizer = with_previous(memory.summary, deterministic_summary)
+    if deps.policy.context_summarizer == "model":
+        summarizer = model_summarizer(deps.model, hooks, memory.summary)
+    for attempt in range(1, MAX_PREPARES + 1):
+        sources = rebuild_store.load_context_sources(ctx.engine, claim.root_id, memory.context_start)
+        candidate = prepare_model_rebuild_candidate(sources, summarizer, reservation.ordinal)
+        rebuild_store.record_candidate(ctx.engine, reservation.build_id, claim.run_id, claim.fence, candidate)
+        try:
+            _admit(ctx, claim, memory, reservation.build_id, anchor, candidate)
+            break
+        except RebuildSourceChanged as exc:
+            log.warning("rebuild_source_changed", attempt=attempt, reason=exc.message)
+            if attempt == MAX_PREPARES:
+                raise
+    log.info("context_rebuilt", build_id=str(reservation.build_id), sources=len(candidate.source_message_ids))
+    start = candidate.last_source_position + 1
+    kept = memory.positional()[start - memory.context_start :]
+    history = (summary_message(candidate.summary), *kept)
+    return RunMemory(
+        run_id=memory.run_id,
+        input=memory.input,
+        prepared=memory.prepared,
+        history=history,
+        last_position=memory.last_position,
+        history_digest=context_chain(history),
+        context_start=start,
+        summary=candidate.summary,
+        last_build_id=reservation.build_id,
+        chain_anchor=anchor,
+    )
+
+
+def _admit(
+    ctx: WorkerContext, claim: Claim, memory: RunMemory, build_id: UUID, anchor: int, candidate: RebuildCandidate
+) -> None:
+    proofs = ctx.runtime.base.proofs
+    fields = {
+        "run_id": str(claim.run_id),
+        "boundary_seq": claim.boundary_seq,
+        "build_id": str(build_id),
+        "source_digest": candidate.source_digest,
+    }
+    # The driver's authorization for this request, bound to the fence it holds.
+    proof = proofs.sign("rebuild", {**fields, "claim_fence": claim.fence})
+
+    def authorize(current_fence: int) -> None:
+        if not proofs.verifies("rebuild", {**fields, "claim_fence": current_fence}, proof):
+            raise ProjectionRefused(
+                f"run {claim.run_id}: the rebuild request is not authorized under fence {current_fence}"
+            )
+
+    rebuild_store.admit_model_rebuild_request(
+        ctx.engine,
+        build_id=build_id,
+        run_id=claim.run_id,
+        fence=claim.fence,
+        boundary_seq=claim.boundary_seq,
+        chain_anchor=anchor,
+        context_start=memory.context_start,
+        candidate=candidate,
+        authorize=authorize,
+    )

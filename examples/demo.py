@@ -31,12 +31,20 @@ def say(line: str) -> None:
 
 def aidawork(*args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
     out = log.open("ab") if log else None
-    return subprocess.Popen([sys.executable, "-m", "worker.cli", *args], cwd=REPO, stdout=out,
-                            stderr=subprocess.STDOUT if out else None, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", *args],
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT if out else None,
+        start_new_session=True,
+    )
 
 
 def follow_all(
-    runs: dict[str, Any], timeout_s: float = 120, *, stop_at_suspension: bool = False,
+    runs: dict[str, Any],
+    timeout_s: float = 120,
+    *,
+    stop_at_suspension: bool = False,
     after: dict[str, int] | None = None,
 ) -> None:
     """Print the events of all runs as they are committed, merged by time."""
@@ -62,8 +70,10 @@ FOLLOW_UP: dict[str, Any] = {
     "owner": "team-a",
     "input": "And now 4 + 5?",
     "config": {
-        "model": {"provider": "scripted", "turns": [
-            {"tool_calls": [{"name": "add", "args": {"a": 4, "b": 5}}]}, {"content": "9"}]},
+        "model": {
+            "provider": "scripted",
+            "turns": [{"tool_calls": [{"name": "add", "args": {"a": 4, "b": 5}}]}, {"content": "9"}],
+        },
         "tools": ["add"],
     },
 }
@@ -120,6 +130,7 @@ def run_demo() -> int:
         "research": (client.submit(load("research.json")).run_id, "completed"),
         "runaway": (client.submit(load("runaway.json")).run_id, "failed"),
         "repeating": (client.submit(load("repeat.json")).run_id, "failed"),
+        "long": (client.submit(load("long_context.json")).run_id, "completed"),
     }
     follow_all({label: run_id for label, (run_id, _) in runs.items()})
 
@@ -145,8 +156,10 @@ def run_demo() -> int:
     ok = True
     for label, (run_id, expected) in runs.items():
         view = client.status(run_id)
-        say(f"   {label:<10} {view.status:<10} rounds={view.rounds} model_calls={view.model_calls} "
-            f"output={view.output!r} error={view.error_code}")
+        say(
+            f"   {label:<10} {view.status:<10} rounds={view.rounds} model_calls={view.model_calls} "
+            f"rebuilds={view.rebuilds} output={view.output!r} error={view.error_code}"
+        )
         ok &= view.status == expected
     say(f"== try it yourself: aidawork status {runs['research'][0]} --json")
     return 0 if ok else 1

@@ -190,6 +190,8 @@ def plan_reservation(chain: Sequence[ChainBuild], predecessor_build_id: str | No
     consumed ordinal 1."""
     by_ordinal = {b.ordinal: b for b in chain}
     first, second = by_ordinal.get(1), by_ordinal.get(2)
+    if second is not None and second.consumed:
+        raise RebuildExhausted("the model rejected the input after two context rebuilds in this chain")
     if first is None:
         if predecessor_build_id is not None:
             raise RebuildPredecessorMismatch("the chain has no first rebuild to bind to")
@@ -204,9 +206,7 @@ def plan_reservation(chain: Sequence[ChainBuild], predecessor_build_id: str | No
         )
     if second is None:
         return ReservationPlan(None, 2, first.build_id)
-    if not second.consumed:
-        return ReservationPlan(second.build_id, 2, first.build_id)
-    raise RebuildExhausted("the model rejected the input after two context rebuilds in this chain")
+    return ReservationPlan(second.build_id, 2, first.build_id)
 
 
 SUMMARY_SYSTEM_PROMPT = (

@@ -30,13 +30,8 @@ _lock = threading.Lock()
 
 def build_context(settings: Settings) -> WorkerContext:
     engine = make_engine(settings.database_url, pool_size=min(settings.worker_concurrency, 50) + 2)
-    if settings.secret_key is None:
-        structlog.get_logger("aidawork.bootstrap").warning(
-            "secret_key_missing", detail="AIDAWORK_SECRET_KEY is unset: round proofs use a development secret"
-        )
-        secret = DEV_SECRET
-    else:
-        secret = settings.secret_key.get_secret_value().encode()
+    # Workers warn at start-up when the secret is unset (cli.cmd_worker); clients never sign.
+    secret = DEV_SECRET if settings.secret_key is None else settings.secret_key.get_secret_value().encode()
     return WorkerContext(
         settings=settings,
         engine=engine,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import structlog
 from sqlalchemy.exc import OperationalError
 
 from runtime.errors import AidaworkError, RequestInvalid
@@ -57,6 +58,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from worker.app import CONTROL_QUEUE, ROUNDS_QUEUE, app
 
+    if get_settings().secret_key is None:
+        structlog.get_logger("aidawork.cli").warning(
+            "secret_key_missing", detail="AIDAWORK_SECRET_KEY is unset: round proofs use a development secret"
+        )
     concurrency = args.concurrency or get_settings().worker_concurrency
     app.worker_main(
         [
@@ -140,7 +145,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(view.model_dump_json(indent=2))
         return EXIT_OK
-    print(f"run {view.run_id}: {view.status}  rounds: {view.rounds}  model calls: {view.model_calls}")
+    print(
+        f"run {view.run_id}: {view.status}  rounds: {view.rounds}  model calls: {view.model_calls}"
+        f"  rebuilds: {view.rebuilds}"
+    )
     if view.output is not None:
         print(f"output: {view.output}")
     if view.error_code is not None:
@@ -170,6 +178,11 @@ def format_event(event: RunEvent) -> str:
         )
     elif event.kind == "round_resumed":
         detail = f"round {data['boundary_seq']}: re-running {', '.join(data['tool_calls'])} (no model call)"
+    elif event.kind == "context_rebuilt":
+        detail = (
+            f"round {data['boundary_seq']}: {data['source_messages']} older messages summarized; "
+            f"the context now starts at message {data['context_start']}"
+        )
     elif event.kind == "breaker_tripped":
         detail = f"{', '.join(data['tools'])}: identical round {data['repeat_count']} times in a row"
     elif event.kind in ("run_failed", "run_cancelled"):

@@ -27,7 +27,7 @@ from runtime.messages import Message
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.outcomes import Continue, Fail, Finish, RebuildRequired, RoundResult, RunState, Suspended
 from runtime.prepare import prepare_turn
-from runtime.rebuild import RebuildExhausted, RebuildSourceChanged, summary_message
+from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
@@ -133,7 +133,7 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
                 memory = rebuild_context(ctx, claim, memory, deps, hooks)
                 result = step(deps, _state(memory, claim), hooks)
         next_run_id = round_store.commit_round(ctx.engine, _record(ctx, claim, result))
-    except (RebuildExhausted, RebuildSourceChanged) as exc:
+    except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message)
     except BaseException:
         # Give the run back at once rather than at lease expiry; a lost fence makes this a no-op.

@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, TypeAdapter, ValidationError, field_valid
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runtime.config import DEFAULT_KEY_REF, KEY_REF_PATTERN, check_base_url
+from runtime.models.http import clean_key
 from schema.wire import RunRequest
 
 ENV_PREFIX = "AIDAWORK_"
@@ -97,6 +98,11 @@ class Settings(BaseSettings):
         """token -> owner; empty when the API has no tokens configured."""
         return {} if self.api_tokens is None else parse_api_tokens(self.api_tokens.get_secret_value())
 
+    @field_validator("openai_api_key", "anthropic_api_key")
+    @classmethod
+    def _clean_key(cls, value: SecretStr | None) -> SecretStr | None:
+        return None if value is None else SecretStr(clean_key(value.get_secret_value()))
+
     @field_validator("model_keys")
     @classmethod
     def _key_names(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
@@ -105,7 +111,7 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"key names match {KEY_REF_PATTERN}, do not start with 'sk-' and are not {DEFAULT_KEY_REF!r}"
                 )
-        return value
+        return {name: SecretStr(clean_key(key.get_secret_value())) for name, key in value.items()}
 
     @field_validator("model_base_urls")
     @classmethod

@@ -87,6 +87,16 @@ class ModelResponseInvalid(ModelError):
 # --- keys --------------------------------------------------------------------------------
 
 
+def clean_key(value: str) -> str:
+    """A key as configured, without the surrounding whitespace a key file or a shell
+    often adds. It must be printable ASCII without spaces: anything else cannot be sent in
+    an HTTP header, and the HTTP library's error would quote it. Never echoes the value."""
+    value = value.strip()
+    if not value or not all("!" <= c <= "~" for c in value):
+        raise ValueError("an API key must be non-empty printable ASCII without spaces")
+    return value
+
+
 def normalize_base_url(url: str) -> str:
     """Scheme and host lower-cased, trailing slashes dropped: the form compared against
     the allowed base URLs."""

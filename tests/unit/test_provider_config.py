@@ -3,6 +3,7 @@ which key it gets, where that key may go, and how long a retry waits."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -272,6 +273,35 @@ def test_bad_key_settings_are_refused_naming_the_variable(
         load_settings()
     assert variable in str(info.value)
     assert "sk-x" not in str(info.value)
+
+
+def test_keys_lose_surrounding_whitespace_from_key_files(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIDAWORK_OPENAI_API_KEY", f"  {CANARY}\n")
+    monkeypatch.setenv("AIDAWORK_MODEL_KEYS", json.dumps({"b": f"{CANARY}\n"}))
+    settings = load_settings()
+
+    assert settings.openai_api_key is not None and settings.openai_api_key.get_secret_value() == CANARY
+    assert settings.model_keys["b"].get_secret_value() == CANARY
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("AIDAWORK_OPENAI_API_KEY", "sk-canary XYZ"),
+        ("AIDAWORK_ANTHROPIC_API_KEY", "sk-canary-\u00e9XYZ"),
+        ("AIDAWORK_MODEL_KEYS", json.dumps({"b": "sk-canary\u0007XYZ"})),
+        ("AIDAWORK_OPENAI_API_KEY", "   "),
+    ],
+    ids=["space", "non_ascii", "control", "blank"],
+)
+def test_a_key_that_cannot_be_an_http_header_is_refused_at_startup(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert variable in str(info.value) and "printable ASCII" in str(info.value)
+    assert "canary" not in str(info.value)
 
 
 # --- retry timing --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL, CountedCall, RepeatedToolCallBreaker
-from runtime.canonical import chain_digest, digest
+from runtime.canonical import chain_digest, digest, non_json_path
 from runtime.context import slim_tool_results_for_next_round
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelInputRejection
@@ -119,6 +119,9 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         return _result(deps, state, new, outcome, [], _digests(deps, messages_digest, None))
     hooks.model_call_finished(response, None)
     try:
+        bad = non_json_path(response.to_json(), "response")
+        if bad is not None:
+            raise ValueError(f"{bad} is NaN, an infinity, an unpaired surrogate or holds a NUL character")
         response_digest = response.digest()
     except ValueError as exc:
         fail = Fail(MODEL_RESPONSE_INVALID, f"the model's response has a value with no JSON form: {exc}")
@@ -149,10 +152,12 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
     result_digest = None
     if outcome.status != "suspended":
         try:
+            bad = non_json_path(outcome.result, "result") or non_json_path(outcome.context, "result")
+            if bad is not None:
+                raise ValueError(f"{bad} is NaN, an infinity, an unpaired surrogate or holds a NUL character")
             result_digest = digest(outcome.result)
-            digest(outcome.context)
-        except ValueError as exc:  # NaN, Infinity, an unpaired surrogate, or not JSON at all
-            error = {"error": {"code": "TOOL_RESULT_INVALID", "message": f"the tool's result has no JSON form: {exc}"}}
+        except (ValueError, TypeError) as exc:  # ... or not JSON at all
+            error = {"error": {"code": "TOOL_RESULT_INVALID", "message": f"the tool's result cannot be stored: {exc}"}}
             outcome = ToolOutcome("failed", error, error)
             result_digest = digest(error)
     invocation = ToolInvocation(

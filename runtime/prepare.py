@@ -108,7 +108,7 @@ def parse_request(raw: Mapping[str, Any] | RunRequest) -> RunRequest:
     # digested or sent to a model: refuse them here, naming where they are.
     bad = non_json_path(raw.model_dump() if isinstance(raw, RunRequest) else dict(raw))
     if bad is not None:
-        raise RequestInvalid(bad, "not representable in JSON (NaN, Infinity or an unpaired surrogate)")
+        raise RequestInvalid(bad, "not storable as JSON (NaN, Infinity, an unpaired surrogate or a NUL character)")
     if isinstance(raw, RunRequest):
         return raw
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from decimal import Decimal
 from typing import Any
 
 from hypothesis import assume, given, settings
@@ -42,9 +43,10 @@ def reorder(value: Any, rnd: random.Random) -> Any:
 
 
 def floats_to_ints_where_integral(value: Any) -> Any:
-    """What the module doc promises: integral floats (in the exact range) become ints."""
-    if isinstance(value, float) and value.is_integer() and abs(value) <= SAFE_INT:
-        return int(value)
+    """What the module doc promises: integral numbers become ints, a float taken at its
+    shortest decimal form (1e16 -> 10000000000000000, as jsonb gives it back)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(Decimal(repr(value)))
     if isinstance(value, dict):
         return {k: floats_to_ints_where_integral(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -37,6 +37,9 @@ class Policy(_Frozen):
     # Who writes the summary of a context rebuild: the deterministic summarizer, or the
     # run's model with a summarization prompt (recorded in the ledger like any call).
     context_summarizer: Literal["deterministic", "model"] = "deterministic"
+    # A model call's time budget, retries included (real providers; the scripted model
+    # ignores it).
+    model_timeout_s: float = Field(default=120.0, gt=0, le=3600)
 
 
 class ScriptedToolCall(_Frozen):

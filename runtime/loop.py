@@ -105,6 +105,7 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         tools=deps.tool_specs,
         messages_digest=messages_digest,
         round_index=state.boundary_seq,
+        timeout_s=deps.policy.model_timeout_s,
     )
     hooks.model_call_started(request, request_digest(deps, messages_digest))
     try:

@@ -27,7 +27,8 @@ class SettingsError(Exception):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+    # hide_input_in_errors: a validation error must never print a key it was given.
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore", hide_input_in_errors=True)
 
     database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/aidawork"
     broker_url: str = "redis://127.0.0.1:6379/0"

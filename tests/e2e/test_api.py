@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.conftest import BROKER_URL, REPO, Cluster, rows, scripted_request, wait_until
+from tests.e2e.helpers import wait_ready
 
 TOKEN_A = "token-a-" + uuid.uuid4().hex
 TOKEN_B = "token-b-" + uuid.uuid4().hex
@@ -50,6 +52,7 @@ class ApiServer:
                 "AIDAWORK_BROKER_URL": BROKER_URL,
                 "AIDAWORK_API_TOKENS": json.dumps({TOKEN_A: "team-a", TOKEN_B: "team-b"}),
                 "AIDAWORK_API_EVENTS_POLL_S": "0.05",
+                "AIDAWORK_API_KEEPALIVE_S": "1",  # wakes sse() below at least every second
                 "AIDAWORK_LOG_LEVEL": "INFO",
             }
         )
@@ -103,11 +106,13 @@ def sse(api: ApiServer, run_id: str, headers: dict[str, str], *, last_event_id: 
     if last_event_id is not None:
         headers = {**headers, "Last-Event-ID": str(last_event_id)}
     out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + WAIT_S
     with api.http.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
         fields: dict[str, str] = {}
         for line in response.iter_lines():
+            assert time.monotonic() < deadline, f"the stream did not end within {WAIT_S}s: {out}"
             if line.startswith(":"):
                 continue  # a keepalive comment
             if line == "":
@@ -134,6 +139,7 @@ def counts(engine: Engine) -> dict[str, int]:
 
 def test_a_submitted_run_streams_its_events_until_completion(api: ApiServer, cluster: Cluster, ctx) -> None:
     cluster.start_worker("w1")
+    wait_ready(cluster, "w1")
     # The tool output is far above max_tool_output_bytes: the model's next context gets it
     # truncated, the stream gets it whole.
     script = [{"tool_calls": [{"name": "text_blob", "args": {"size_bytes": 40_000}}]}, {"content": "done"}]
@@ -176,6 +182,7 @@ def test_a_submitted_run_streams_its_events_until_completion(api: ApiServer, clu
 
 def test_a_reconnect_with_last_event_id_gets_exactly_the_rest(api: ApiServer, cluster: Cluster, ctx) -> None:
     cluster.start_worker("w1")
+    wait_ready(cluster, "w1")
     turns: list[dict[str, Any]] = [
         {"tool_calls": [{"name": "add", "args": {"a": i, "b": 1}}], "latency_ms": 400} for i in range(5)
     ]
@@ -204,6 +211,7 @@ def test_a_reconnect_with_last_event_id_gets_exactly_the_rest(api: ApiServer, cl
 
 def test_another_owner_gets_404_for_everything_and_changes_nothing(api: ApiServer, cluster: Cluster, ctx) -> None:
     cluster.start_worker("w1")
+    wait_ready(cluster, "w1")
     created = api.http.post("/v1/runs", json=without_owner(scripted_request(READ_ONE, tools=["read_files"])), headers=A)
     assert created.status_code == 201, created.text
     run_id, root_id = created.json()["run_id"], created.json()["root_id"]

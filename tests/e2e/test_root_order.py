@@ -54,7 +54,8 @@ def test_runs_of_one_root_execute_one_at_a_time_in_submission_order(cluster: Clu
     # Run 2's one model call was given run 1's whole transcript plus its own input: the
     # scripted model counts the input tokens of exactly the messages it was sent.
     (call,) = model_calls(ctx.engine, second.run_id)
-    seen = sum(Message.from_json(m["body"]).token_count for m in messages[:5])
+    # Positions 0-4, plus the system prompt ("test": one token), as the scripted model counts.
+    seen = sum(Message.from_json(m["body"]).token_count for m in messages[:5]) + 1
     own_only = Message.from_json(messages[4]["body"]).token_count
     assert call["input_tokens"] == seen
     assert call["input_tokens"] > own_only

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -100,7 +101,9 @@ def _refusal_of(exc: AidaworkError) -> ApiError:
     for cls, (status, field) in STATUS_OF.items():
         if isinstance(exc, cls):
             return ApiError(status, exc.code, exc.message, exc.field if isinstance(exc, RequestInvalid) else field)
-    return ApiError(500, exc.code, exc.message)
+    # Not a refusal of the request: a dependency is unavailable (retryable) or a bug.
+    log.error("request_failed", code=exc.code, error=exc.message)
+    return ApiError(503 if exc.retryable else 500, exc.code, exc.message)
 
 
 # --- wire models of the API -----------------------------------------------------------------
@@ -287,10 +290,13 @@ def format_sse(event: RunEvent) -> str:
 KEEPALIVE = ": keepalive\n\n"
 
 
+_SEQ = re.compile(r"[0-9]{1,9}")  # ASCII digits only; seq is a 32-bit column
+
+
 def parse_last_event_id(raw: str | None) -> int:
     if raw is None or raw.strip() == "":
         return 0
-    if not raw.strip().isdigit():
+    if _SEQ.fullmatch(raw.strip()) is None:
         raise ApiError(
             400, "REQUEST_INVALID", f"Last-Event-ID must be an event seq (got {raw[:40]!r})", "Last-Event-ID"
         )
@@ -400,7 +406,7 @@ def root_runs(
     root_id: UUID,
     owner: Owner,
     state: State,
-    after_seq: Annotated[int, Query(ge=-1, description="only runs with root_seq above this")] = -1,
+    after_seq: Annotated[int, Query(ge=-1, le=2**31 - 1, description="only runs with root_seq above this")] = -1,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> RootRuns:
     found = owner_store.list_root_runs(state.context().engine, root_id, owner, after_seq=after_seq, limit=limit)

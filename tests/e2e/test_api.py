@@ -29,6 +29,7 @@ TOKEN_B = "token-b-" + uuid.uuid4().hex
 A = {"Authorization": f"Bearer {TOKEN_A}"}
 B = {"Authorization": f"Bearer {TOKEN_B}"}
 WAIT_S = 60.0
+BODY_LIMIT = 65_536
 ADD = [{"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]}, {"content": "5"}]
 READ_ONE = [{"tool_calls": [{"name": "read_files", "args": {"paths": ["docs/a.md"]}}]}, {"content": "read it"}]
 
@@ -53,6 +54,7 @@ class ApiServer:
                 "AIDAWORK_API_TOKENS": json.dumps({TOKEN_A: "team-a", TOKEN_B: "team-b"}),
                 "AIDAWORK_API_EVENTS_POLL_S": "0.05",
                 "AIDAWORK_API_KEEPALIVE_S": "1",  # wakes sse() below at least every second
+                "AIDAWORK_API_MAX_BODY_BYTES": str(BODY_LIMIT),
                 "AIDAWORK_LOG_LEVEL": "INFO",
             }
         )
@@ -99,8 +101,14 @@ def without_owner(request: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in request.items() if k != "owner"}
 
 
-def sse(api: ApiServer, run_id: str, headers: dict[str, str], *, last_event_id: int | None = None,
-        max_events: int | None = None) -> list[dict[str, Any]]:
+def sse(
+    api: ApiServer,
+    run_id: str,
+    headers: dict[str, str],
+    *,
+    last_event_id: int | None = None,
+    max_events: int | None = None,
+) -> list[dict[str, Any]]:
     """Read the run's event stream: until the server ends it, or ``max_events`` (then
     the connection is closed by the client). Each event is {id, event, data}."""
     if last_event_id is not None:
@@ -153,7 +161,11 @@ def test_a_submitted_run_streams_its_events_until_completion(api: ApiServer, clu
 
     events = sse(api, run_id, A)  # returns only because the server ended the stream
     assert [e["event"] for e in events] == [
-        "run_queued", "model_responded", "tool_completed", "model_responded", "run_completed"
+        "run_queued",
+        "model_responded",
+        "tool_completed",
+        "model_responded",
+        "run_completed",
     ]
     assert [e["id"] for e in events] == event_seqs(ctx.engine, run_id) == [1, 2, 3, 4, 5]
     assert all(e["data"]["seq"] == e["id"] and e["data"]["kind"] == e["event"] for e in events)
@@ -164,8 +176,9 @@ def test_a_submitted_run_streams_its_events_until_completion(api: ApiServer, clu
     view = api.http.get(f"/v1/runs/{run_id}", headers=A).json()
     assert (view["status"], view["owner"], view["output"], view["rounds"]) == ("completed", "team-a", "done", 2)
 
-    # A second run in the same Root, then the Root's runs in order.
-    again = api.http.post("/v1/runs", json={**without_owner(scripted_request(ADD)), "root_id": root_id}, headers=A)
+    # A second run in the same Root (naming the token's own owner is allowed), then the
+    # Root's runs in order.
+    again = api.http.post("/v1/runs", json={**scripted_request(ADD, owner="team-a"), "root_id": root_id}, headers=A)
     assert again.status_code == 201, again.text
     assert (again.json()["root_id"], again.json()["root_seq"]) == (root_id, 1)
     second = again.json()["run_id"]
@@ -173,7 +186,8 @@ def test_a_submitted_run_streams_its_events_until_completion(api: ApiServer, clu
     listed = api.http.get(f"/v1/roots/{root_id}/runs", headers=A)
     assert listed.status_code == 200, listed.text
     assert [(r["run_id"], r["root_seq"], r["status"]) for r in listed.json()["runs"]] == [
-        (run_id, 0, "completed"), (second, 1, "completed")
+        (run_id, 0, "completed"),
+        (second, 1, "completed"),
     ]
     after = api.http.get(f"/v1/roots/{root_id}/runs", params={"after_seq": 0}, headers=A).json()["runs"]
     assert [r["run_id"] for r in after] == [second]
@@ -217,7 +231,8 @@ def test_another_owner_gets_404_for_everything_and_changes_nothing(api: ApiServe
     run_id, root_id = created.json()["run_id"], created.json()["root_id"]
     wait_until(
         lambda: api.http.get(f"/v1/runs/{run_id}", headers=A).json()["status"] == "suspended",
-        timeout_s=WAIT_S, what="the run to suspend on its local read",
+        timeout_s=WAIT_S,
+        what="the run to suspend on its local read",
     )
     before = counts(ctx.engine)
     delivery = {"tool_call_id": "call_0_0", "files": {"docs/a.md": "# A\n"}}
@@ -250,9 +265,7 @@ def test_another_owner_gets_404_for_everything_and_changes_nothing(api: ApiServe
     assert api.http.get(f"/v1/runs/{run_id}", headers=A).json()["status"] == "suspended"
 
     # The owner is refused a delivery the run did not ask for (nothing stored), then delivers.
-    wrong = api.http.post(
-        f"/v1/runs/{run_id}/deliveries", json={**delivery, "files": {"docs/b.md": "no"}}, headers=A
-    )
+    wrong = api.http.post(f"/v1/runs/{run_id}/deliveries", json={**delivery, "files": {"docs/b.md": "no"}}, headers=A)
     assert (wrong.status_code, wrong.json()["error"]["code"]) == (409, "DELIVERY_REFUSED"), wrong.text
     assert "docs/a.md" in wrong.json()["error"]["message"]
     assert counts(ctx.engine) == before
@@ -299,14 +312,22 @@ BAD_SUBMISSIONS: dict[str, tuple[bytes, int, str]] = {
     "other_owner": (json.dumps({**VALID, "owner": "team-b"}).encode(), 422, "owner"),
     "root_id_not_a_uuid": (json.dumps({**VALID, "root_id": "r1"}).encode(), 422, "root_id"),
     "unknown_root": (json.dumps({**VALID, "root_id": str(uuid.uuid4())}).encode(), 422, "root_id"),
-    "unknown_tool": (json.dumps(_with(VALID, ["config", "tools"], ["add", "teleport"])).encode(), 422, "config.tools[1]"),
+    "unknown_tool": (
+        json.dumps(_with(VALID, ["config", "tools"], ["add", "teleport"])).encode(),
+        422,
+        "config.tools[1]",
+    ),
     "wrong_arg_type": (
         json.dumps(_with(VALID, ["config", "model", "turns", 0, "tool_calls", 0, "args", "a"], "two")).encode(),
         422,
         "config.model.turns[0].tool_calls[0].args.a",
     ),
-    "nan": (json.dumps(VALID).replace('"b": 3', '"b": NaN').encode(), 422, "config.model.turns[0].tool_calls[0].args.b"),
-    "too_large": (json.dumps({**VALID, "input": "x" * (2 * 1_048_576)}).encode(), 413, "body"),
+    "nan": (
+        json.dumps(VALID).replace('"b": 3', '"b": NaN').encode(),
+        422,
+        "config.model.turns[0].tool_calls[0].args.b",
+    ),
+    "too_large": (json.dumps({**VALID, "input": "x" * BODY_LIMIT}).encode(), 413, "body"),
 }
 
 
@@ -319,14 +340,16 @@ def test_refused_requests_name_the_field_and_store_nothing(api: ApiServer, ctx) 
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: refused as the bytes arrive
         yield b'{"input": "'
-        for _ in range(40):
-            yield b"y" * 65_536
+        for _ in range(8):
+            yield b"y" * 16_384
         yield b'"}'
 
     chunked = api.http.post("/v1/runs", content=chunks(), headers=JSON_HEADERS)
     assert (chunked.status_code, chunked.json()["error"]["code"]) == (413, "BODY_TOO_LARGE")
     some_run = str(uuid.uuid4())
-    bad_delivery = api.http.post(f"/v1/runs/{some_run}/deliveries", json={"tool_call_id": "c", "files": {"a": 1}}, headers=A)
+    bad_delivery = api.http.post(
+        f"/v1/runs/{some_run}/deliveries", json={"tool_call_id": "c", "files": {"a": 1}}, headers=A
+    )
     assert (bad_delivery.status_code, bad_delivery.json()["error"]["field"]) == (422, "files.a")
     bad_id = api.http.post("/v1/runs/not-a-run/cancel", headers=A)
     assert (bad_id.status_code, bad_id.json()["error"]["field"]) == (422, "run_id")

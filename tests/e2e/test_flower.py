@@ -1,0 +1,109 @@
+"""Flower (``aidawork flower``) on the same broker sees the real workers and every round
+task, and a round task's arguments are ids only: no prompt or input text reaches the
+broker or Flower."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import BROKER_URL, REPO, Cluster, scripted_request, wait_until
+from tests.e2e.helpers import WAIT_S, wait_ready, wait_terminal
+from worker import client
+
+SECRET_INPUT = "input-text-that-must-stay-out-of-task-args-7f3a"
+SECRET_PROMPT = "system-prompt-that-must-stay-out-of-task-args-91c2"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def flower(db_url: str, redis_clean: None, tmp_path: Path) -> Iterator[httpx.Client]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIDAWORK_", "FLOWER_"))}
+    env.update({"AIDAWORK_BROKER_URL": BROKER_URL, "AIDAWORK_DATABASE_URL": db_url, "FLOWER_UNAUTHENTICATED_API": "1"})
+    log_path = tmp_path / "flower.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "flower", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0)
+    try:
+
+        def up() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"flower exited with {proc.returncode}: {log_path.read_text()}")
+            try:
+                return http.get("/healthcheck").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(up, timeout_s=WAIT_S, interval_s=0.1, what="Flower to answer /healthcheck")
+        yield http
+    finally:
+        http.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only(
+    flower: httpx.Client, cluster: Cluster, ctx
+) -> None:
+    proc = cluster.start_worker("w1", concurrency=2)
+    wait_ready(cluster, "w1")
+    node = f"aidawork-{proc.pid}@{socket.gethostname()}"
+
+    def worker_listed() -> dict[str, Any] | None:
+        workers = flower.get("/api/workers", params={"refresh": "1"})
+        assert workers.status_code == 200, workers.text  # FLOWER_UNAUTHENTICATED_API is honoured
+        return workers.json().get(node)  # type: ignore[no-any-return]
+
+    info = wait_until(worker_listed, timeout_s=WAIT_S, interval_s=0.5, what=f"Flower to list {node}")
+    assert info["stats"]["pool"]["max-concurrency"] == 2
+
+    def worker_alive_in_events() -> bool:  # Flower's event consumer hears this worker
+        return flower.get("/api/workers", params={"status": "1"}).json().get(node) is True
+
+    wait_until(worker_alive_in_events, timeout_s=WAIT_S, interval_s=0.2, what="Flower to receive the worker's events")
+
+    request = scripted_request(
+        [{"tool_calls": [{"name": "echo", "args": {"said": SECRET_INPUT}}]}, {"content": "ok"}],
+        text_input=SECRET_INPUT,
+    )
+    request["config"]["system_prompt"] = SECRET_PROMPT
+    run_id = client.submit(request, ctx=ctx).run_id
+    assert wait_terminal(ctx.engine, run_id)["status"] == "completed"
+
+    def round_tasks() -> list[dict[str, Any]] | None:
+        tasks = flower.get("/api/tasks", params={"taskname": "aidawork.run_round"}).json()
+        ours = [t for t in tasks.values() if str(run_id) in str(t.get("args"))]
+        done = [t for t in ours if t.get("state") == "SUCCESS"]
+        return ours if len(done) == 2 else None  # one task per round: boundaries 0 and 1
+
+    tasks = wait_until(round_tasks, timeout_s=WAIT_S, interval_s=0.25, what="Flower to show both round tasks")
+    assert {t["name"] for t in tasks} == {"aidawork.run_round"}
+    assert sorted(t["args"] for t in tasks) == [f"['{run_id}', 0]", f"['{run_id}', 1]"]
+    for task in tasks:
+        assert task["kwargs"] in ("{}", {}, None), task
+        assert task["worker"] == node
+        shown = f"{task['args']} {task['kwargs']}"
+        assert SECRET_INPUT not in shown and SECRET_PROMPT not in shown and "echo" not in shown

@@ -38,7 +38,7 @@ from pydantic import SecretStr
 
 from runtime.canonical import canonical_json
 from runtime.config import DEFAULT_KEY_REF
-from runtime.errors import ModelError, ModelUnavailable, RequestInvalid
+from runtime.errors import ModelError, ModelInputRejection, ModelUnavailable, RequestInvalid
 from runtime.messages import Message
 
 # Where each provider's default key may always be sent.
@@ -363,6 +363,24 @@ def describe_error_body(reply: HttpReply, secrets: Iterable[str]) -> str:
 
 
 # --- mapping shared by the adapters ------------------------------------------------------
+
+
+def typed_error(
+    reply: HttpReply, *, provider: str, label: str, key_ref: str | None, secrets: tuple[str, ...], overflow: bool
+) -> ModelError:
+    """The typed error for a provider's final non-2xx reply (``overflow``: the provider
+    said the input is too long for its context window)."""
+    detail = describe_error_body(reply, secrets)
+    if overflow:
+        return ModelInputRejection(f"{label} rejected the input as too long for the context window{detail}")
+    if reply.status == 401:
+        # Not even the provider's message: some echo a masked key back.
+        return ModelRequestRefused(
+            f"{label} refused the API key (HTTP 401; api_key_ref {key_ref!r})", provider=provider, status=401
+        )
+    return ModelRequestRefused(
+        f"{label} refused the request: HTTP {reply.status}{detail}", provider=provider, status=reply.status
+    )
 
 
 def tool_result_text(message: Message) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runtime.config import OpenAIModelConfig
-from runtime.errors import ModelError, ModelInputRejection
+from runtime.errors import ModelError
 from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.http import (
@@ -29,16 +29,15 @@ from runtime.models.http import (
     JsonPoster,
     ModelKeyMissing,
     ModelKeys,
-    ModelRequestRefused,
     ModelResponseInvalid,
     ResolvedKey,
     RetryPolicy,
     SharedClient,
-    describe_error_body,
     error_fields,
     redact,
     token_count,
     tool_result_text,
+    typed_error,
 )
 
 PROVIDER = "openai"
@@ -172,16 +171,8 @@ def is_context_overflow(reply: HttpReply) -> bool:
 
 def error_for(reply: HttpReply, label: str, key_ref: str | None, secrets: tuple[str, ...]) -> ModelError:
     """The typed error for a final non-2xx reply."""
-    detail = describe_error_body(reply, secrets)
-    if is_context_overflow(reply):
-        return ModelInputRejection(f"{label} rejected the input as too long for the context window{detail}")
-    if reply.status == 401:
-        # Not even the provider's message: some echo a masked key back.
-        return ModelRequestRefused(
-            f"{label} refused the API key (HTTP 401; api_key_ref {key_ref!r})", provider=PROVIDER, status=401
-        )
-    return ModelRequestRefused(
-        f"{label} refused the request: HTTP {reply.status}{detail}", provider=PROVIDER, status=reply.status
+    return typed_error(
+        reply, provider=PROVIDER, label=label, key_ref=key_ref, secrets=secrets, overflow=is_context_overflow(reply)
     )
 
 

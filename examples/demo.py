@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -113,6 +114,56 @@ def main() -> int:
         say("== workers stopped")
 
 
+API_PORT = int(os.environ.get("AIDAWORK_DEMO_API_PORT", "8089"))
+API_TOKEN = "demo-token-team-a-0123456789"
+
+
+def stream_over_http(runs: dict[str, Any]) -> None:
+    """Start the HTTP API, submit a run over it and print its server-sent events."""
+    import httpx
+
+    say(f"== the HTTP API: submit over HTTP and stream the run's events (http://127.0.0.1:{API_PORT})")
+    env = dict(os.environ, AIDAWORK_API_TOKENS=json.dumps({API_TOKEN: "team-a"}))
+    api = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "api", "--port", str(API_PORT)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
+    base = f"http://127.0.0.1:{API_PORT}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                say("   !! the API did not start")
+                return
+            time.sleep(0.1)
+        body = load("research.json")
+        del body["owner"]  # the token says who we are
+        created = httpx.post(f"{base}/v1/runs", json=body, headers=headers, timeout=10).json()
+        run_id = created["run_id"]
+        runs["http"] = (UUID(run_id), "completed")
+        say(f"   POST /v1/runs -> {run_id}; GET /v1/runs/{run_id}/events:")
+        with httpx.stream("GET", f"{base}/v1/runs/{run_id}/events", headers=headers, timeout=60) as stream:
+            event_id = ""
+            for line in stream.iter_lines():
+                if line.startswith("id:"):
+                    event_id = line
+                elif line.startswith("event:"):
+                    say(f"     {event_id}  {line}")
+    finally:
+        os.killpg(api.pid, signal.SIGTERM)
+        api.wait(timeout=15)
+
+
 def run_demo() -> int:
     say("== a request with a wrong argument type is refused before anything is stored")
     try:
@@ -151,6 +202,8 @@ def run_demo() -> int:
         receipt = client.deliver(local, wait.tool_call_id, files)
         say(f"   delivered {sorted(files)} for {wait.tool_call_id}" + (": resuming" if receipt.resumes else ""))
     follow_all({"local-read": local}, after={"local-read": 6})
+
+    stream_over_http(runs)
 
     say("== final status")
     ok = True

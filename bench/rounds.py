@@ -118,6 +118,50 @@ def throughput(runs: int = 16, rounds: int = 20) -> float:
     return runs * rounds / (time.monotonic() - start)
 
 
+def step_breakdown(rounds: int = 300) -> dict[str, float]:
+    """Where one round's time goes, measured in this process (no Celery receive/ack):
+    each store call and the pure loop, in ms per round."""
+    from schema.store import rounds as round_store
+    from schema.store import runs as run_store
+    from schema.wire import RoundTask
+    from worker import round as round_shell
+
+    spent: dict[str, float] = {}
+
+    def timed(module: Any, name: str, label: str) -> None:
+        original = getattr(module, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - start
+
+        setattr(module, name, wrapper)
+
+    timed(run_store, "claim_round", "claim + context delta (1 statement)")
+    timed(round_store, "record_model_call_started", "ledger before the call (1 statement)")
+    timed(round_store, "record_model_call_finished", "ledger after the call (1 statement)")
+    timed(round_store, "commit_round", "commit (1 statement)")
+    timed(round_shell, "dispatch_round", "publish next round + sent event")
+    ctx = client.get_context()
+    run_id = client.submit(scripted(rounds + 10)).run_id
+    for boundary in range(5):  # warm: pools, prepared statements, the context cache
+        round_shell.execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=boundary))
+    spent.clear()
+    start = time.perf_counter()
+    for boundary in range(5, rounds):
+        round_shell.execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=boundary))
+    total = time.perf_counter() - start
+    n = rounds - 5
+    result = {label: seconds * 1000 / n for label, seconds in spent.items()}
+    result["everything else (loop, digests, proofs)"] = (total - sum(spent.values())) * 1000 / n
+    result["total in process"] = total * 1000 / n
+    redis.Redis.from_url(BROKER_URL).flushdb()  # the tasks it published were never meant to run
+    return result
+
+
 def main() -> None:
     reset()
     hop_ms = measure_hop()
@@ -139,6 +183,9 @@ def main() -> None:
     print(f"  bytes stored by round 5 / round 495          : {bytes_at(long_id, 5)} / {bytes_at(long_id, 495)}")
     print(f"  throughput, 16 runs x 20 rounds in parallel  : {rps:7.1f} rounds/s")
     print("  database round trips per round: claim+load 1, model-call ledger 2, commit 1")
+    print("where a round's time goes (in process, no Celery receive/ack), ms per round:")
+    for label, ms in step_breakdown().items():
+        print(f"    {label:<44} : {ms:7.2f} ms")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -445,13 +444,3 @@ def get_run_view(engine: Engine, run_id: UUID) -> RunView:
             raise RunNotFound(run_id)
         waiting = waiting_for(conn, run_id) if row.status in ("suspended", "running") else []
     return RunView.model_validate({**row._mapping, "waiting_for": waiting})
-
-
-def run_status(engine: Engine, run_id: UUID) -> tuple[RunStatus, datetime | None]:
-    with engine.connect() as conn:
-        row = conn.execute(
-            text("SELECT status, finished_at FROM runs WHERE id = :run_id"), {"run_id": run_id}
-        ).one_or_none()
-    if row is None:
-        raise RunNotFound(run_id)
-    return RunStatus(row.status), row.finished_at

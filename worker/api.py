@@ -386,7 +386,7 @@ def deliver(run_id: UUID, body: Delivery, owner: Owner, state: State) -> Deliver
     try:
         receipt = client.deliver(run_id, body.tool_call_id, body.files, ctx=ctx)
     except DeliveryRefused as exc:
-        raise ApiError(409, exc.code, exc.message, "tool_call_id") from None
+        raise ApiError(409, exc.code, exc.message, exc.field) from None
     return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
 
 
@@ -397,7 +397,7 @@ def resolve(run_id: UUID, body: Prerequisite, owner: Owner, state: State) -> Del
     try:
         receipt = client.resolve(run_id, body.key, body.value, ctx=ctx)
     except DeliveryRefused as exc:
-        raise ApiError(409, exc.code, exc.message, "key") from None
+        raise ApiError(409, exc.code, exc.message, exc.field) from None
     return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
 
 

@@ -29,9 +29,10 @@ class DeliveryRefused(AidaworkError):
 
     code = "DELIVERY_REFUSED"
 
-    def __init__(self, run_id: UUID, message: str) -> None:
+    def __init__(self, run_id: UUID, message: str, field: str) -> None:
         super().__init__(f"run {run_id}: {message}")
         self.run_id = run_id
+        self.field = field  # what was wrong: run_id, tool_call_id, files or key
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def _lock_run(conn: Connection, run_id: UUID) -> Any:
 
 def _refuse_if_ended(run_id: UUID, run: Any) -> None:
     if run.status in ("completed", "failed", "cancelled"):
-        raise DeliveryRefused(run_id, f"the run has ended ({run.status}); it waits for nothing")
+        raise DeliveryRefused(run_id, f"the run has ended ({run.status}); it waits for nothing", "run_id")
 
 
 def _ready_resumes(
@@ -149,11 +150,11 @@ def deliver_local_read(
             {"id": run_id, "call": tool_call_id},
         ).one_or_none()
         if call is None or call.suspension is None or call.suspension["kind"] != "local_read":
-            raise DeliveryRefused(run_id, f"it is not waiting for files for tool call {tool_call_id!r}")
+            raise DeliveryRefused(run_id, f"it is not waiting for files for tool call {tool_call_id!r}", "tool_call_id")
         asked = list(call.suspension["paths"])
         if sorted(files) != sorted(asked):
             raise DeliveryRefused(
-                run_id, f"tool call {tool_call_id!r} asked for paths {sorted(asked)}, got {sorted(files)}"
+                run_id, f"tool call {tool_call_id!r} asked for paths {sorted(asked)}, got {sorted(files)}", "files"
             )
         for path, content in files.items():
             size = len(content.encode())
@@ -161,6 +162,7 @@ def deliver_local_read(
                 raise DeliveryRefused(
                     run_id,
                     f"{path}: {size} bytes is over the limit of {max_file_bytes} (AIDAWORK_MAX_LOCAL_READ_BYTES)",
+                    "files",
                 )
         digests = {path: file_digest(content) for path, content in files.items()}
         stored: dict[str, str] = dict(
@@ -171,11 +173,11 @@ def deliver_local_read(
         )
         if stored:
             if stored != digests:
-                raise DeliveryRefused(run_id, f"different content was already delivered for {tool_call_id!r}")
+                raise DeliveryRefused(run_id, f"different content was already delivered for {tool_call_id!r}", "files")
             return Receipt(stored=False, resumes=[])  # the same delivery again: nothing to do
         _refuse_if_ended(run_id, run)
         if call.status != "suspended" or call.boundary_seq != run.boundary_seq:
-            raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} is no longer waiting")
+            raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} is no longer waiting", "tool_call_id")
         conn.execute(
             text(
                 "INSERT INTO local_reads (run_id, tool_call_id, path, content, digest, size_bytes) "
@@ -211,7 +213,7 @@ def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: Any) -> 
         ).one_or_none()
         if existing is not None:
             if existing.value != value:
-                raise DeliveryRefused(run_id, f"prerequisite {key!r} was already resolved with another value")
+                raise DeliveryRefused(run_id, f"prerequisite {key!r} was already resolved with another value", "value")
             return Receipt(stored=False, resumes=[])
         _refuse_if_ended(run_id, run)
         waiting = [
@@ -220,7 +222,7 @@ def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: Any) -> 
             if c.suspension["kind"] == "prerequisite" and c.suspension["key"] == key
         ]
         if not waiting:
-            raise DeliveryRefused(run_id, f"it is not waiting for prerequisite {key!r}")
+            raise DeliveryRefused(run_id, f"it is not waiting for prerequisite {key!r}", "key")
         conn.execute(
             text("INSERT INTO prerequisites (run_id, key, value) VALUES (:id, :key, CAST(:value AS jsonb))"),
             {"id": run_id, "key": key, "value": json.dumps(value)},

@@ -268,6 +268,7 @@ def test_another_owner_gets_404_for_everything_and_changes_nothing(api: ApiServe
     wrong = api.http.post(f"/v1/runs/{run_id}/deliveries", json={**delivery, "files": {"docs/b.md": "no"}}, headers=A)
     assert (wrong.status_code, wrong.json()["error"]["code"]) == (409, "DELIVERY_REFUSED"), wrong.text
     assert "docs/a.md" in wrong.json()["error"]["message"]
+    assert wrong.json()["error"]["field"] == "files"
     assert counts(ctx.engine) == before
     delivered = api.http.post(f"/v1/runs/{run_id}/deliveries", json=delivery, headers=A)
     assert delivered.json() == {"stored": True, "resuming": True}, delivered.text

@@ -108,6 +108,20 @@ class WaitingFor(_Wire):
     delivered: bool
 
 
+class RootRunView(_Wire):
+    """One run of a Root, as listed for the Root."""
+
+    run_id: UUID
+    root_seq: int
+    status: RunStatus
+    rounds: int
+    output: str | None
+    error_code: str | None
+    error_message: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
 class RunView(_Wire):
     """What ``aidawork status RUN_ID --json`` prints."""
 

@@ -20,7 +20,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -41,7 +40,7 @@ from runtime.prepare import format_loc
 from schema.store import owners as owner_store
 from schema.store.errors import RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused
-from schema.wire import TERMINAL_EVENTS, RunEvent, RunStatus, RunView
+from schema.wire import TERMINAL_EVENTS, RootRunView, RunEvent, RunView
 from worker import client
 from worker.bootstrap import WorkerContext, get_context
 from worker.settings import Settings, get_settings
@@ -149,21 +148,9 @@ class Cancelled(_Body):
     cancelled: bool
 
 
-class RootRunItem(_Body):
-    run_id: UUID
-    root_seq: int
-    status: RunStatus
-    rounds: int
-    output: str | None
-    error_code: str | None
-    error_message: str | None
-    created_at: datetime
-    finished_at: datetime | None
-
-
 class RootRuns(_Body):
     root_id: UUID
-    runs: list[RootRunItem]
+    runs: list[RootRunView]
 
 
 # --- authentication ---------------------------------------------------------------------------
@@ -410,7 +397,7 @@ def root_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> RootRuns:
     found = owner_store.list_root_runs(state.context().engine, root_id, owner, after_seq=after_seq, limit=limit)
-    return RootRuns(root_id=root_id, runs=[RootRunItem(**vars(run)) for run in found])
+    return RootRuns(root_id=root_id, runs=found)
 
 
 @router.get(

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -40,6 +40,7 @@ from runtime.canonical import canonical_json
 from runtime.config import DEFAULT_KEY_REF
 from runtime.errors import ModelError, ModelInputRejection, ModelUnavailable, RequestInvalid
 from runtime.messages import Message
+from runtime.models.base import ModelRequest, ModelResponse
 
 # Where each provider's default key may always be sent.
 OFFICIAL_BASE_URLS: Mapping[str, tuple[str, ...]] = {
@@ -381,6 +382,60 @@ def typed_error(
     return ModelRequestRefused(
         f"{label} refused the request: HTTP {reply.status}{detail}", provider=provider, status=reply.status
     )
+
+
+class HttpModel:
+    """One run's client for an HTTP provider: the call, the key header, the typed errors
+    and the redaction, shared by the adapters. A subclass names its ``provider`` and
+    ``path`` and maps the request and the response. Holds no per-call state, so it is safe
+    from many threads."""
+
+    provider: ClassVar[str]
+    path: ClassVar[str]
+
+    def __init__(self, config: Any, key: ResolvedKey, poster: JsonPoster) -> None:
+        self._config = config
+        self._key = key
+        self._poster = poster
+        self._url = config.base_url.rstrip("/") + self.path
+        self._label = f"{self.provider} ({urlsplit(config.base_url).netloc})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self._config.name!r}, base_url={self._config.base_url!r})"
+
+    def headers(self, token: str | None) -> dict[str, str]:
+        raise NotImplementedError
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
+        raise NotImplementedError
+
+    def is_context_overflow(self, reply: HttpReply) -> bool:
+        raise NotImplementedError
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        if self._key.missing is not None:
+            raise ModelKeyMissing(f"{self.provider}: {self._key.missing}")
+        secrets = self._key.secrets()
+        headers = self.headers(self._key.header_value())
+        reply = self._poster.post(self._url, headers, self.request_body(request), request.timeout_s, secrets)
+        if not reply.ok:
+            raise typed_error(
+                reply,
+                provider=self.provider,
+                label=self._label,
+                key_ref=self._config.api_key_ref,
+                secrets=secrets,
+                overflow=self.is_context_overflow(reply),
+            )
+        if reply.body is None:
+            raise ModelResponseInvalid(f"{self._label} answered HTTP {reply.status} with a body that is not JSON")
+        try:
+            return self.parse(reply.body, request)
+        except ModelResponseInvalid as exc:  # it may quote the model's output, which may quote the key
+            raise ModelResponseInvalid(redact(exc.message, secrets)) from None
 
 
 def tool_result_text(message: Message) -> str:

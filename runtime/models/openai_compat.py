@@ -17,27 +17,22 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 from runtime.config import OpenAIModelConfig
-from runtime.errors import ModelError
 from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.http import (
     DEFAULT_RETRY,
+    HttpModel,
     HttpReply,
     JsonPoster,
-    ModelKeyMissing,
     ModelKeys,
     ModelResponseInvalid,
-    ResolvedKey,
     RetryPolicy,
     SharedClient,
     error_fields,
-    redact,
     token_count,
     tool_result_text,
-    typed_error,
 )
 
 PROVIDER = "openai"
@@ -169,45 +164,21 @@ def is_context_overflow(reply: HttpReply) -> bool:
     return any(phrase in text for phrase in OVERFLOW_PHRASES)
 
 
-def error_for(reply: HttpReply, label: str, key_ref: str | None, secrets: tuple[str, ...]) -> ModelError:
-    """The typed error for a final non-2xx reply."""
-    return typed_error(
-        reply, provider=PROVIDER, label=label, key_ref=key_ref, secrets=secrets, overflow=is_context_overflow(reply)
-    )
+class OpenAICompatModel(HttpModel):
+    provider = PROVIDER
+    path = "/chat/completions"
 
+    def headers(self, token: str | None) -> dict[str, str]:
+        return {} if token is None else {"authorization": f"Bearer {token}"}
 
-class OpenAICompatModel:
-    """One run's client. Holds no per-call state, so it is safe from many threads."""
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        return chat_request_body(self._config, request)
 
-    def __init__(self, config: OpenAIModelConfig, key: ResolvedKey, poster: JsonPoster) -> None:
-        self._config = config
-        self._key = key
-        self._poster = poster
-        self._url = config.base_url.rstrip("/") + "/chat/completions"
-        self._label = f"{PROVIDER} ({urlsplit(config.base_url).netloc})"
+    def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
+        return parse_chat_response(body, request.round_index)
 
-    def __repr__(self) -> str:
-        return f"OpenAICompatModel(name={self._config.name!r}, base_url={self._config.base_url!r})"
-
-    def complete(self, request: ModelRequest) -> ModelResponse:
-        if self._key.missing is not None:
-            raise ModelKeyMissing(f"{PROVIDER}: {self._key.missing}")
-        headers = {}
-        token = self._key.header_value()
-        if token is not None:
-            headers["authorization"] = f"Bearer {token}"
-        secrets = self._key.secrets()
-        reply = self._poster.post(
-            self._url, headers, chat_request_body(self._config, request), request.timeout_s, secrets
-        )
-        if not reply.ok:
-            raise error_for(reply, self._label, self._config.api_key_ref, secrets)
-        if reply.body is None:
-            raise ModelResponseInvalid(f"{self._label} answered HTTP {reply.status} with a body that is not JSON")
-        try:
-            return parse_chat_response(reply.body, request.round_index)
-        except ModelResponseInvalid as exc:  # it may quote the model's output, which may quote the key
-            raise ModelResponseInvalid(redact(exc.message, secrets)) from None
+    def is_context_overflow(self, reply: HttpReply) -> bool:
+        return is_context_overflow(reply)
 
 
 class OpenAIProvider:

@@ -8,13 +8,12 @@ A run or Root of another owner is reported exactly like one that does not exist
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from uuid import UUID
 
 from sqlalchemy import Engine, text
 
 from schema.store.errors import RootNotFound, RunNotFound
-from schema.wire import RunEvent, RunStatus
+from schema.wire import RootRunView, RunEvent, RunStatus
 
 
 def check_run_owner(engine: Engine, run_id: UUID, owner: str) -> None:
@@ -26,19 +25,6 @@ def check_run_owner(engine: Engine, run_id: UUID, owner: str) -> None:
         ).one_or_none()
     if found is None:
         raise RunNotFound(run_id)
-
-
-@dataclass(frozen=True)
-class RootRun:
-    run_id: UUID
-    root_seq: int
-    status: RunStatus
-    rounds: int
-    output: str | None
-    error_code: str | None
-    error_message: str | None
-    created_at: datetime
-    finished_at: datetime | None
 
 
 _ROOT_RUNS_SQL = text(
@@ -57,7 +43,7 @@ ORDER BY r.root_seq
 
 def list_root_runs(
     engine: Engine, root_id: UUID, owner: str, *, after_seq: int = -1, limit: int = 100
-) -> list[RootRun]:
+) -> list[RootRunView]:
     """The Root's runs in execution order (``root_seq``), those after ``after_seq``, at
     most ``limit``. ``RootNotFound`` when the Root does not exist for ``owner``."""
     with engine.connect() as conn:
@@ -67,17 +53,7 @@ def list_root_runs(
     if not found:
         raise RootNotFound(root_id, owner)
     return [
-        RootRun(
-            run_id=row.run_id,
-            root_seq=row.root_seq,
-            status=RunStatus(row.status),
-            rounds=row.rounds,
-            output=row.output,
-            error_code=row.error_code,
-            error_message=row.error_message,
-            created_at=row.created_at,
-            finished_at=row.finished_at,
-        )
+        RootRunView.model_validate(dict(row._mapping))
         for row in found
         if row.run_id is not None  # the Root exists but has no (further) runs
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 PG = os.environ.get("AIDAWORK_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
 DB_URL = f"{PG}/aidawork_bench"
 BROKER_URL = os.environ.get("AIDAWORK_BENCH_BROKER", "redis://127.0.0.1:6379/10")
+os.environ.setdefault("AIDAWORK_SECRET_KEY", secrets.token_urlsafe(32))
 os.environ.update({"AIDAWORK_DATABASE_URL": DB_URL, "AIDAWORK_BROKER_URL": BROKER_URL, "AIDAWORK_LOG_LEVEL": "WARNING"})
 sys.path.insert(0, str(REPO))
 

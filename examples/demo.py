@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from uuid import UUID
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 os.environ.setdefault("AIDAWORK_LOG_LEVEL", "WARNING")
+# Workers, beat and the API refuse to start without a secret; the demo makes its own.
+os.environ.setdefault("AIDAWORK_SECRET_KEY", secrets.token_urlsafe(32))
 sys.path.insert(0, str(REPO))
 
 from runtime.errors import RequestInvalid  # noqa: E402

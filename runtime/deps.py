@@ -17,13 +17,19 @@ from runtime.config import Policy, TurnConfig
 from runtime.memory import ContextCache
 from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelClient
-from runtime.models.http import ModelKeys
+from runtime.models.keys import ModelKeys
 from runtime.models.openai_compat import OpenAIProvider
 from runtime.models.scripted import ScriptedModel
 from runtime.proofs import ProofAuthority
 from runtime.tools import Tool, ToolRegistry, builtin_registry
 
-ModelFactory = Callable[[Any], ModelClient]
+# Builds one run's model client from its model config and the run's owner (whose keys
+# the client may use).
+ModelFactory = Callable[[Any, str], ModelClient]
+
+
+def scripted_model(config: Any, owner: str) -> ModelClient:
+    return ScriptedModel(config)
 
 
 def default_model_providers(model_keys: ModelKeys | None = None) -> dict[str, ModelFactory]:
@@ -31,7 +37,7 @@ def default_model_providers(model_keys: ModelKeys | None = None) -> dict[str, Mo
     (``ModelKeys``; none by default) and check a run's ``api_key_ref`` and ``base_url``
     against them when the run is prepared."""
     keys = model_keys or ModelKeys()
-    return {"scripted": ScriptedModel, "openai": OpenAIProvider(keys), "anthropic": AnthropicProvider(keys)}
+    return {"scripted": scripted_model, "openai": OpenAIProvider(keys), "anthropic": AnthropicProvider(keys)}
 
 
 # For in-process use and tests only; workers are given AIDAWORK_SECRET_KEY.
@@ -86,9 +92,9 @@ class OrchestratorDeps:
     proofs: ProofAuthority
 
 
-def compose_deps(runtime: Runtime, turn_config: TurnConfig) -> OrchestratorDeps:
-    """Combine the process's base deps with one run's config. Names must already be
-    valid (``prepare_execution`` checks them); a missing one here is a bug."""
+def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> OrchestratorDeps:
+    """Combine the process's base deps with one owner's run config. Names must already
+    be valid (``prepare_execution`` checks them); a missing one here is a bug."""
     factory = runtime.base.model_providers[turn_config.model.provider]
     tools: dict[str, Tool] = {}
     for name in turn_config.tools:
@@ -98,7 +104,7 @@ def compose_deps(runtime: Runtime, turn_config: TurnConfig) -> OrchestratorDeps:
         tools[name] = tool
     specs = tuple(tool.spec() for tool in tools.values())
     return OrchestratorDeps(
-        model=factory(turn_config.model),
+        model=factory(turn_config.model, owner),
         tools=tools,
         system_prompt=turn_config.system_prompt,
         policy=turn_config.policy,

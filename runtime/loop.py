@@ -119,6 +119,7 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
             outcome = RebuildRequired(exc.message)
         return _result(deps, state, new, outcome, [], _digests(deps, messages_digest, None))
     hooks.model_call_finished(response, None)
+    response = with_unique_call_ids(response, state)
     try:
         bad = non_json_path(response.to_json(), "response")
         if bad is not None:
@@ -171,6 +172,26 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
         suspend=outcome.suspend,
     )
     return invocation, outcome
+
+
+def with_unique_call_ids(response: ModelResponse, state: RunState) -> ModelResponse:
+    """The response with every tool call id unique in the run's context: a provider that
+    reuses an id (some local servers number calls per response) would otherwise pair two
+    results with one call, and a run's invocations are keyed by id. A reused id becomes
+    ``<id>_<round>_<index>`` (deterministic, so a re-executed round names it alike; the
+    provider sees the new id in the history from then on). An id reused from before a
+    context rebuild is caught by the database and fails the run (MODEL_TOOL_CALL_ID_REUSED)."""
+    if not response.tool_calls:
+        return response
+    used = {c.id for m in state.history if m.tool_calls for c in m.tool_calls}
+    calls = []
+    for i, call in enumerate(response.tool_calls):
+        call_id = call.id
+        while call_id in used:
+            call_id = f"{call_id}_{state.boundary_seq}_{i}"
+        used.add(call_id)
+        calls.append(call if call_id == call.id else ToolCall(call_id, call.name, call.args))
+    return replace(response, tool_calls=tuple(calls))
 
 
 def invocation_id_for(state: RunState, call: ToolCall) -> str:

@@ -69,7 +69,9 @@ def parse_turn_config(config: Mapping[str, Any]) -> TurnConfig:
         raise invalid_from(exc, "config") from None
 
 
-def prepare_turn(runtime: Runtime, config: Mapping[str, Any]) -> PreparedExecution:
+def prepare_turn(runtime: Runtime, config: Mapping[str, Any], owner: str) -> PreparedExecution:
+    """The run's config checked against what this process has (providers, tools, and the
+    keys and base URLs ``owner`` may use), and its deps composed."""
     turn_config = parse_turn_config(config)
     registry = runtime.base.tools
     if turn_config.model.provider not in runtime.base.model_providers:
@@ -84,7 +86,7 @@ def prepare_turn(runtime: Runtime, config: Mapping[str, Any]) -> PreparedExecuti
         seen.add(name)
     if isinstance(turn_config.model, ScriptedModelConfig):
         _check_script(runtime, turn_config)
-    return PreparedExecution(turn_config=turn_config, deps=compose_deps(runtime, turn_config))
+    return PreparedExecution(turn_config=turn_config, deps=compose_deps(runtime, turn_config, owner))
 
 
 def _check_script(runtime: Runtime, turn_config: TurnConfig) -> None:
@@ -120,7 +122,7 @@ def parse_request(raw: Mapping[str, Any] | RunRequest) -> RunRequest:
 def prepare_execution(runtime: Runtime, raw: Mapping[str, Any] | RunRequest) -> tuple[RunRequest, PreparedExecution]:
     """Validate a whole run request; returns it parsed, with the run's composed deps."""
     request = parse_request(raw)
-    return request, prepare_turn(runtime, request.config)
+    return request, prepare_turn(runtime, request.config, request.owner)
 
 
 @dataclass(frozen=True)

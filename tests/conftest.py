@@ -38,6 +38,8 @@ FAST_ENV = {
     "AIDAWORK_DISPATCH_GRACE_S": "1",
     "AIDAWORK_RECONCILE_INTERVAL_S": "0.5",
     "AIDAWORK_LOG_LEVEL": "INFO",
+    # The in-process test context signs with the development secret; so do the workers.
+    "AIDAWORK_DEV": "1",
 }
 
 from sqlalchemy import Engine, create_engine, text  # noqa: E402

@@ -9,7 +9,7 @@ import structlog
 from sqlalchemy import Engine
 
 from runtime.deps import DEV_SECRET, Runtime, build_runtime
-from runtime.models.http import ModelKeys
+from runtime.models.keys import ModelKeys, NamedKey
 from schema.store.tx import make_engine
 from worker.leases import LeaseKeeper
 from worker.logging import configure_logging
@@ -40,7 +40,7 @@ def build_context(settings: Settings) -> WorkerContext:
             model_keys=ModelKeys(
                 openai=settings.openai_api_key,
                 anthropic=settings.anthropic_api_key,
-                named=dict(settings.model_keys),
+                named={n: NamedKey(k, frozenset(o)) for n, (k, o) in settings.named_model_keys.items()},
                 base_urls=tuple(settings.model_base_urls),
             ),
         ),

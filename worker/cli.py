@@ -25,6 +25,8 @@ from worker.settings import SettingsError, get_settings
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
 CLIENT_COMMANDS = frozenset({"submit", "status", "watch", "cancel", "deliver", "resolve"})
+# The processes that sign or verify round proofs: they refuse to start without the secret.
+SECRET_COMMANDS = frozenset({"worker", "beat", "api"})
 
 
 class InputError(Exception):
@@ -58,10 +60,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from worker.app import CONTROL_QUEUE, ROUNDS_QUEUE, app
 
-    if get_settings().secret_key is None:
-        structlog.get_logger("aidawork.cli").warning(
-            "secret_key_missing", detail="AIDAWORK_SECRET_KEY is unset: round proofs use a development secret"
-        )
     concurrency = args.concurrency or get_settings().worker_concurrency
     app.worker_main(
         [
@@ -308,6 +306,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_logging("WARNING")
         else:
             configure_logging(settings.log_level)
+        if args.command in SECRET_COMMANDS:
+            problem = settings.secret_problem()
+            if problem is not None:
+                return _err(problem, EXIT_INPUT)
+            if settings.secret_key is None:
+                structlog.get_logger("aidawork.cli").warning(
+                    "secret_key_missing", detail="AIDAWORK_DEV is set: round proofs use the public development secret"
+                )
         return int(args.fn(args))
     except SettingsError as exc:
         return _err(str(exc), EXIT_INPUT)

@@ -31,6 +31,7 @@ from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, Rebuil
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
+from schema.store.errors import ToolCallIdReused
 from schema.store.rounds import RoundRecord
 from schema.store.runs import Claim
 from schema.wire import RoundTask, RunStatus
@@ -133,7 +134,7 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
                 memory = rebuild_context(ctx, claim, memory, deps, hooks)
                 result = step(deps, _state(memory, claim), hooks)
         next_run_id = round_store.commit_round(ctx.engine, _record(ctx, claim, result))
-    except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch) as exc:
+    except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message)
     except BaseException:
         # Give the run back at once rather than at lease expiry; a lost fence makes this a no-op.
@@ -209,7 +210,7 @@ def _memory_after_claim(ctx: WorkerContext, memory: RunMemory | None, claim: Cla
         memory = _empty_memory(claim, memory.input, memory.prepared)
     if memory is None:
         assert claim.input is not None and claim.config is not None
-        memory = _empty_memory(claim, claim.input, prepare_turn(ctx.runtime, claim.config))
+        memory = _empty_memory(claim, claim.input, prepare_turn(ctx.runtime, claim.config, claim.owner))
     if new_messages:
         max_bytes = memory.prepared.turn_config.policy.max_tool_output_bytes
         loaded = tuple(context_form(Message.from_json(body), max_bytes, reads) for _, body, reads in new_messages)

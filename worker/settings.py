@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, TypeAdapter, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from runtime.config import DEFAULT_KEY_REF, KEY_REF_PATTERN, check_base_url
-from runtime.models.http import clean_key
+from runtime.models.keys import ANY_OWNER, clean_key
 from schema.wire import RunRequest
 
 ENV_PREFIX = "AIDAWORK_"
@@ -26,6 +26,38 @@ class SettingsError(Exception):
     """A setting in the environment is missing or invalid; the message names it."""
 
 
+class ModelKeyEntry(BaseModel):
+    """One entry of ``AIDAWORK_MODEL_KEYS`` in its full form: the key and the owners
+    whose runs may use it (``["*"]``: every owner, shared on purpose)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    key: SecretStr
+    owners: list[str] = Field(min_length=1)
+
+    @field_validator("owners")
+    @classmethod
+    def _owners(cls, value: list[str]) -> list[str]:
+        for owner in value:
+            if owner != ANY_OWNER:
+                try:
+                    _OWNER.validate_python(owner)
+                except ValidationError:
+                    raise ValueError(f"{owner!r} is not a valid owner (letters, digits, ._:@-; 1-128) or '*'") from None
+        return value
+
+
+def _json_setting(value: Any, expected: str) -> Any:
+    """A JSON-valued setting, parsed here rather than by pydantic-settings, so that
+    invalid JSON is a validation error naming the variable, not a traceback."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value) if value.strip() else None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at position {exc.pos}); expected {expected}") from None
+
+
 class Settings(BaseSettings):
     # hide_input_in_errors: a validation error must never print a key it was given.
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore", hide_input_in_errors=True)
@@ -35,6 +67,9 @@ class Settings(BaseSettings):
     # Signs round proofs (HMAC-SHA256). Every worker of a deployment needs the same value;
     # when unset, a development value is used and a warning is logged.
     secret_key: SecretStr | None = Field(default=None, min_length=16)
+    # Development mode: `aidawork worker`, `beat` and `api` start without a secret key
+    # (using a public development secret). Never set it in a deployment.
+    dev: bool = False
 
     # A claim is a lease of this length, extended every lease_s / 3 while the round runs.
     # Longer than any gap between heartbeats, short enough that a crashed worker's run
@@ -58,14 +93,16 @@ class Settings(BaseSettings):
     # ``"api_key_ref": "default"`` (or leaves it out).
     openai_api_key: SecretStr | None = None
     anthropic_api_key: SecretStr | None = None
-    # More keys by name, a JSON object ``{"team-b": "sk-..."}``; a run picks one with
-    # ``"api_key_ref": "team-b"``. Processes that submit runs need the same names: an
-    # unknown name is refused at submit time.
-    model_keys: dict[str, SecretStr] = Field(default_factory=dict)
-    # Base URLs, beyond the official ones, that keys may be sent to (a JSON list such as
-    # ``["http://vllm.internal:8000/v1"]``). A run's base_url comes from whoever submits
-    # it, so a key is never sent anywhere else.
-    model_base_urls: list[str] = Field(default_factory=list)
+    # More keys by name, each bound to the owners that may use it, a JSON object
+    # ``{"team-b": {"key": "sk-...", "owners": ["team-b"]}}`` (``"owners": ["*"]`` shares a
+    # key on purpose; the plain form ``{"team-b": "sk-..."}`` is usable only by the owner
+    # named like the key). A run picks one with ``"api_key_ref": "team-b"``. Processes that
+    # submit runs need the same entries: a key the run's owner may not use is refused.
+    model_keys: Annotated[dict[str, SecretStr | ModelKeyEntry], NoDecode] = Field(default_factory=dict)
+    # Base URLs, beyond the official ones, that model calls may go to, with a key or
+    # without one (a JSON list such as ``["http://vllm.internal:8000/v1"]``). A run's
+    # base_url comes from whoever submits it, so no call goes anywhere else.
+    model_base_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # HTTP API (`aidawork api`). A JSON object {token: owner}, one entry per upstream
     # service (several tokens may share an owner, for rotation). A token sees only its
@@ -104,20 +141,56 @@ class Settings(BaseSettings):
     def _clean_key(cls, value: SecretStr | None) -> SecretStr | None:
         return None if value is None else SecretStr(clean_key(value.get_secret_value()))
 
+    @field_validator("model_keys", mode="before")
+    @classmethod
+    def _key_json(cls, value: Any) -> Any:
+        parsed = _json_setting(value, '{"name": {"key": "...", "owners": ["owner"]}}')
+        return {} if parsed is None else parsed
+
     @field_validator("model_keys")
     @classmethod
-    def _key_names(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+    def _key_names(cls, value: dict[str, SecretStr | ModelKeyEntry]) -> dict[str, SecretStr | ModelKeyEntry]:
         for name in value:
             if not re.fullmatch(KEY_REF_PATTERN, name) or name == DEFAULT_KEY_REF or name.lower().startswith("sk-"):
                 raise ValueError(
                     f"key names match {KEY_REF_PATTERN}, do not start with 'sk-' and are not {DEFAULT_KEY_REF!r}"
                 )
-        return {name: SecretStr(clean_key(key.get_secret_value())) for name, key in value.items()}
+        return {
+            name: SecretStr(clean_key(entry.get_secret_value()))
+            if isinstance(entry, SecretStr)
+            else ModelKeyEntry(key=SecretStr(clean_key(entry.key.get_secret_value())), owners=entry.owners)
+            for name, entry in value.items()
+        }
+
+    @field_validator("model_base_urls", mode="before")
+    @classmethod
+    def _url_json(cls, value: Any) -> Any:
+        parsed = _json_setting(value, '["https://host/v1", ...]')
+        return [] if parsed is None else parsed
 
     @field_validator("model_base_urls")
     @classmethod
     def _http_urls(cls, value: list[str]) -> list[str]:
         return [check_base_url(url) for url in value]
+
+    @property
+    def named_model_keys(self) -> dict[str, tuple[SecretStr, list[str]]]:
+        """``AIDAWORK_MODEL_KEYS`` as (key, owners): a plain key belongs to its name."""
+        return {
+            name: (entry, [name]) if isinstance(entry, SecretStr) else (entry.key, entry.owners)
+            for name, entry in self.model_keys.items()
+        }
+
+    def secret_problem(self) -> str | None:
+        """Why a worker, beat or API process must not start, or None. Without the secret
+        every deployment would sign round proofs with the same public development value,
+        so anyone able to write to the database could forge them."""
+        if self.secret_key is None and not self.dev:
+            return (
+                "AIDAWORK_SECRET_KEY is not set: give every worker, beat and API process of the deployment "
+                "the same random value of at least 16 characters (or set AIDAWORK_DEV=1 for local development)"
+            )
+        return None
 
     @property
     def failpoint_set(self) -> frozenset[str]:

@@ -25,7 +25,6 @@ from runtime.models.http import (
     HttpModel,
     HttpReply,
     JsonPoster,
-    ModelKeys,
     ModelResponseInvalid,
     RetryPolicy,
     SharedClient,
@@ -33,6 +32,7 @@ from runtime.models.http import (
     token_count,
     tool_result_text,
 )
+from runtime.models.keys import ModelKeys
 
 PROVIDER = "anthropic"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -153,15 +153,16 @@ class AnthropicProvider:
         self._keys = keys
         self._retry = retry
         self._http = SharedClient()
+        self._secrets = keys.values()
 
     def __repr__(self) -> str:
         return "AnthropicProvider()"
 
-    def __call__(self, config: Any) -> AnthropicModel:
+    def __call__(self, config: Any, owner: str) -> AnthropicModel:
         if not isinstance(config, AnthropicModelConfig):
             raise TypeError(f"AnthropicProvider needs an AnthropicModelConfig, not {type(config).__name__}")
-        key = self._keys.resolve(PROVIDER, config.api_key_ref, config.base_url)
-        return AnthropicModel(config, key, JsonPoster(PROVIDER, self._http, self._retry))
+        key = self._keys.resolve(PROVIDER, config.api_key_ref, config.base_url, owner)
+        return AnthropicModel(config, key, JsonPoster(PROVIDER, self._http, self._retry), self._secrets)
 
     def close(self) -> None:
         self._http.close()

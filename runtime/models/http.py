@@ -1,32 +1,32 @@
-"""What the HTTP providers share: their keys, their errors, and one JSON POST with
-bounded retries.
+"""What the HTTP providers share: their errors, and one JSON POST with bounded retries.
 
-Keys: ``ModelKeys`` holds every configured key as a ``SecretStr`` (its repr is masked)
-and decides, without reading a value, whether a run's ``api_key_ref`` and ``base_url``
-may be used. A key is only ever sent to the provider's official endpoint or to a base
-URL the deployment lists (``AIDAWORK_MODEL_BASE_URLS``): ``base_url`` comes from whoever
-submits the run, and a key sent wherever it points would be a key handed to them.
+Keys and the allowlist of base URLs are in ``runtime.models.keys``. A provider's reply
+enters the system here and only here, and is scrubbed as it enters
+(``runtime.models.scrub``): every configured key value is removed from the body, the
+error text and the parsed response before anything else reads them.
+
+Errors built from a provider's answer carry the HTTP status, a code from a fixed
+vocabulary (``ERROR_CODES``) and at most a short, scrubbed message from a JSON error
+body; a provider's raw ``type``/``code`` strings and non-JSON bodies (an internal
+service's page) are never echoed.
 
 Retries: connection errors, timeouts, 408, 429 and 5xx are retried with exponential
 backoff and jitter, or after the server's ``Retry-After`` (seconds or an HTTP date), up
 to ``RetryPolicy.max_attempts`` and never past the call's ``timeout_s``; then
 ``ModelUnavailable`` (retryable: the Celery task tries the round again later). Every
 other status is returned to the adapter, which knows its provider's error bodies.
-
-Every text that leaves this module (exception messages, log fields) is passed through
-``redact`` with the call's key, so a provider echoing the key back cannot leak it.
+Redirects are never followed: a 3xx is a refusal like any other status.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
@@ -34,41 +34,24 @@ from urllib.parse import urlsplit
 
 import httpx
 import structlog
-from pydantic import SecretStr
 
 from runtime.canonical import canonical_json
-from runtime.config import DEFAULT_KEY_REF
-from runtime.errors import ModelError, ModelInputRejection, ModelUnavailable, RequestInvalid
-from runtime.messages import Message
+from runtime.errors import ModelError, ModelInputRejection, ModelUnavailable
+from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
+from runtime.models.keys import ModelKeyMissing, ResolvedKey
+from runtime.models.scrub import scrub, scrub_text
 
-# Where each provider's default key may always be sent.
-OFFICIAL_BASE_URLS: Mapping[str, tuple[str, ...]] = {
-    "openai": ("https://api.openai.com/v1",),
-    "anthropic": ("https://api.anthropic.com",),
-}
-# The environment variable that holds each provider's default key (for messages only).
-DEFAULT_KEY_VARIABLES: Mapping[str, str] = {
-    "openai": "AIDAWORK_OPENAI_API_KEY",
-    "anthropic": "AIDAWORK_ANTHROPIC_API_KEY",
-}
-REDACTED = "[redacted]"
-MAX_PROVIDER_MESSAGE_CHARS = 500
+MAX_PROVIDER_MESSAGE_CHARS = 200
 
 
 # --- errors ------------------------------------------------------------------------------
 
 
-class ModelKeyMissing(ModelError):
-    """The run asks for a key (``api_key_ref``) that this worker does not have."""
-
-    code = "MODEL_API_KEY_MISSING"
-
-
 class ModelRequestRefused(ModelError):
     """The provider refused the request (a 4xx other than 408/429 and other than a
-    context overflow): a bad model name, a bad key, a malformed request. Retrying the
-    same request cannot help."""
+    context overflow, or a redirect): a bad model name, a bad key, a malformed request.
+    Retrying the same request cannot help."""
 
     code = "MODEL_REQUEST_REFUSED"
 
@@ -83,97 +66,6 @@ class ModelResponseInvalid(ModelError):
     JSON, no choice, tool call arguments that are not a JSON object)."""
 
     code = "MODEL_RESPONSE_INVALID"
-
-
-# --- keys --------------------------------------------------------------------------------
-
-
-def clean_key(value: str) -> str:
-    """A key as configured, without the surrounding whitespace a key file or a shell
-    often adds. It must be printable ASCII without spaces: anything else cannot be sent in
-    an HTTP header, and the HTTP library's error would quote it. Never echoes the value."""
-    value = value.strip()
-    if not value or not all("!" <= c <= "~" for c in value):
-        raise ValueError("an API key must be non-empty printable ASCII without spaces")
-    return value
-
-
-def normalize_base_url(url: str) -> str:
-    """Scheme and host lower-cased, trailing slashes dropped: the form compared against
-    the allowed base URLs."""
-    parts = urlsplit(url.strip())
-    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
-
-
-@dataclass(frozen=True)
-class ResolvedKey:
-    """The key a client sends (``None``: no key), or why the key it needs is missing."""
-
-    value: SecretStr | None
-    missing: str | None = None
-
-    def header_value(self) -> str | None:
-        return self.value.get_secret_value() if self.value is not None else None
-
-    def secrets(self) -> tuple[str, ...]:
-        return (self.value.get_secret_value(),) if self.value is not None else ()
-
-
-@dataclass(frozen=True)
-class ModelKeys:
-    """The deployment's model keys: one default per provider, named keys any provider
-    can use, and the base URLs (beyond the official ones) keys may be sent to."""
-
-    openai: SecretStr | None = None
-    anthropic: SecretStr | None = None
-    named: Mapping[str, SecretStr] = field(default_factory=dict)
-    base_urls: tuple[str, ...] = ()
-
-    def allows(self, provider: str, base_url: str) -> bool:
-        target = normalize_base_url(base_url)
-        allowed = (*OFFICIAL_BASE_URLS.get(provider, ()), *self.base_urls)
-        return any(normalize_base_url(u) == target for u in allowed)
-
-    def _values(self) -> Iterable[str]:
-        for secret in (self.openai, self.anthropic, *self.named.values()):
-            if secret is not None:
-                yield secret.get_secret_value()
-
-    def resolve(self, provider: str, api_key_ref: str | None, base_url: str) -> ResolvedKey:
-        """The key for one run's model config. Raises ``RequestInvalid`` for what the
-        request got wrong (checked at submit time by ``prepare_execution``); a default key
-        that is simply not configured here resolves to ``missing`` and fails the call."""
-        if api_key_ref is None:
-            return ResolvedKey(None)
-        if any(hmac.compare_digest(api_key_ref.encode(), v.encode()) for v in self._values()):
-            raise RequestInvalid("config.model.api_key_ref", "api_key_ref must name a key, never contain it")
-        if not self.allows(provider, base_url):
-            allowed = ", ".join((*OFFICIAL_BASE_URLS.get(provider, ()), *self.base_urls))
-            raise RequestInvalid(
-                "config.model.base_url",
-                f"this deployment sends {provider} API keys only to: {allowed} (AIDAWORK_MODEL_BASE_URLS adds more); "
-                "for a server that needs no key, set api_key_ref to null",
-            )
-        if api_key_ref == DEFAULT_KEY_REF:
-            value = self.openai if provider == "openai" else self.anthropic if provider == "anthropic" else None
-            if value is None:
-                variable = DEFAULT_KEY_VARIABLES.get(provider, "the provider's key variable")
-                return ResolvedKey(None, missing=f"no default {provider} API key is configured ({variable} is unset)")
-            return ResolvedKey(value)
-        if api_key_ref not in self.named:
-            names = ", ".join(sorted(self.named)) or "none"
-            raise RequestInvalid(
-                "config.model.api_key_ref",
-                f"no model key named {api_key_ref!r} is configured (AIDAWORK_MODEL_KEYS names: {names})",
-            )
-        return ResolvedKey(self.named[api_key_ref])
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 # --- retries -----------------------------------------------------------------------------
@@ -264,7 +156,11 @@ class SharedClient:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = httpx.Client(limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+                    # follow_redirects=False: the allowlist is checked on the base URL, and a
+                    # redirect would take the call (and its key) somewhere else.
+                    self._client = httpx.Client(
+                        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50), follow_redirects=False
+                    )
         return self._client
 
     def close(self) -> None:
@@ -277,7 +173,8 @@ class SharedClient:
 @dataclass(frozen=True)
 class JsonPoster:
     """POSTs a JSON body with retries. ``provider`` labels messages and logs; ``secrets``
-    are redacted from every text this produces."""
+    are scrubbed from the reply and from every text this produces. Never follows a
+    redirect (httpx's default, relied on here): a 3xx is returned as the final reply."""
 
     provider: str
     http: SharedClient
@@ -303,12 +200,12 @@ class JsonPoster:
             except httpx.TimeoutException:
                 problem = f"timed out (the call's timeout is {timeout_s:g}s)"
             except httpx.TransportError as exc:
-                problem = f"connection failed: {type(exc).__name__}: {redact(str(exc), secrets)}"
+                problem = f"connection failed: {type(exc).__name__}: {scrub_text(str(exc), secrets)}"
             else:
-                reply = _reply(response)
+                reply = _reply(response, secrets)
                 if not is_retryable_status(reply.status):
                     return reply
-                problem = f"HTTP {reply.status}{describe_error_body(reply, secrets)}"
+                problem = describe_error(reply)
                 wait = retry_after_s(response.headers)
             if attempt >= self.retry.max_attempts:
                 raise ModelUnavailable(f"{self.provider}: unavailable after {attempt} attempts: {problem}")
@@ -324,19 +221,22 @@ class JsonPoster:
             self.sleep(delay)
 
 
-def _reply(response: httpx.Response) -> HttpReply:
-    text = response.text
+def _reply(response: httpx.Response, secrets: tuple[str, ...]) -> HttpReply:
+    """The reply as it enters the system: scrubbed of every configured key, text and
+    decoded body alike (a key written with JSON escapes reappears only once decoded)."""
+    text = scrub_text(response.text, secrets)
     try:
-        body = json.loads(text) if text else None
-    except ValueError:
+        body = scrub(json.loads(text), secrets) if text else None
+    except (ValueError, RecursionError):
         body = None
     return HttpReply(response.status_code, body, text)
 
 
 def error_fields(reply: HttpReply) -> tuple[str, str, str]:
-    """(type, code, message) of an error body, whichever of the common shapes it has:
+    """(type, code, message) of a JSON error body, whichever of the common shapes it has:
     ``{"error": {"type", "code", "message"}}`` (OpenAI, Anthropic), ``{"message", "type",
-    "code"}`` (vLLM), ``{"error": "text"}`` (Ollama); else the start of the body text."""
+    "code"}`` (vLLM), ``{"error": "text"}`` (Ollama). Empty strings when the body is not
+    such an object: a non-JSON body is never read for a message."""
     body = reply.body
     inner: Any = body.get("error", body) if isinstance(body, dict) else None
     if isinstance(inner, str):
@@ -348,55 +248,115 @@ def error_fields(reply: HttpReply) -> tuple[str, str, str]:
             str(code) if isinstance(code, (str, int)) else "",
             message if isinstance(message, str) else "",
         )
-    return "", "", reply.text
+    return "", "", ""
 
 
-def describe_error_body(reply: HttpReply, secrets: Iterable[str]) -> str:
-    """`` (type/code): message``, redacted and shortened, or nothing if the body says
-    nothing."""
-    kind, code, message = error_fields(reply)
-    label = "/".join(p for p in (kind, code) if p)
-    message = redact(" ".join(message.split()), secrets)
+# The fixed vocabulary of provider error codes in our errors: the providers' own type and
+# code strings are mapped onto it, never copied (they are free text a server controls).
+ERROR_CODES: Mapping[str, str] = {
+    "invalid_request_error": "invalid_request",
+    "invalid_request": "invalid_request",
+    "authentication_error": "authentication_failed",
+    "invalid_api_key": "authentication_failed",
+    "permission_error": "permission_denied",
+    "not_found_error": "not_found",
+    "model_not_found": "model_not_found",
+    "rate_limit_error": "rate_limited",
+    "rate_limit_exceeded": "rate_limited",
+    "insufficient_quota": "quota_exceeded",
+    "overloaded_error": "overloaded",
+    "api_error": "server_error",
+    "server_error": "server_error",
+    "context_length_exceeded": "context_overflow",
+    "request_too_large": "request_too_large",
+}
+STATUS_CODES: Mapping[int, str] = {
+    400: "invalid_request",
+    401: "authentication_failed",
+    403: "permission_denied",
+    404: "not_found",
+    408: "timeout",
+    409: "conflict",
+    413: "request_too_large",
+    422: "invalid_request",
+    429: "rate_limited",
+    503: "overloaded",
+    529: "overloaded",
+}
+
+
+def error_code(reply: HttpReply) -> str:
+    """The reply's code in our vocabulary: from the body's code or type when we know it,
+    else from the status."""
+    kind, code, _ = error_fields(reply)
+    for raw in (code, kind):
+        if raw.lower() in ERROR_CODES:
+            return ERROR_CODES[raw.lower()]
+    if reply.status in STATUS_CODES:
+        return STATUS_CODES[reply.status]
+    if 300 <= reply.status <= 399:
+        return "redirect_not_followed"
+    return "server_error" if 500 <= reply.status <= 599 else "http_error"
+
+
+def describe_error(reply: HttpReply) -> str:
+    """``HTTP 400 (invalid_request): message``: the status, our code, and at most a short
+    message from a JSON error body (already scrubbed), on one line."""
+    _, _, message = error_fields(reply)
+    message = " ".join("".join(c if c.isprintable() else " " for c in message).split())
     if len(message) > MAX_PROVIDER_MESSAGE_CHARS:
         message = message[:MAX_PROVIDER_MESSAGE_CHARS] + "..."
-    out = f" ({label})" if label else ""
+    out = f"HTTP {reply.status} ({error_code(reply)})"
     return f"{out}: {message}" if message else out
 
 
 # --- mapping shared by the adapters ------------------------------------------------------
 
 
-def typed_error(
-    reply: HttpReply, *, provider: str, label: str, key_ref: str | None, secrets: tuple[str, ...], overflow: bool
-) -> ModelError:
+def typed_error(reply: HttpReply, *, provider: str, label: str, key_ref: str | None, overflow: bool) -> ModelError:
     """The typed error for a provider's final non-2xx reply (``overflow``: the provider
     said the input is too long for its context window)."""
-    detail = describe_error_body(reply, secrets)
     if overflow:
-        return ModelInputRejection(f"{label} rejected the input as too long for the context window{detail}")
+        return ModelInputRejection(f"{label} rejected the input as too long for the context window: "
+                                   f"{describe_error(reply)}")
     if reply.status == 401:
         # Not even the provider's message: some echo a masked key back.
         return ModelRequestRefused(
             f"{label} refused the API key (HTTP 401; api_key_ref {key_ref!r})", provider=provider, status=401
         )
     return ModelRequestRefused(
-        f"{label} refused the request: HTTP {reply.status}{detail}", provider=provider, status=reply.status
+        f"{label} refused the request: {describe_error(reply)}", provider=provider, status=reply.status
     )
+
+
+def scrub_response(response: ModelResponse, secrets: tuple[str, ...]) -> ModelResponse:
+    """The parsed response scrubbed once more: tool call arguments sent as a JSON string
+    are decoded only by the adapter, and an escaped key appears only then."""
+    if not secrets:
+        return response
+    calls = tuple(
+        ToolCall(scrub_text(c.id, secrets), scrub_text(c.name, secrets), scrub(c.args, secrets))
+        for c in response.tool_calls
+    )
+    content = None if response.content is None else scrub_text(response.content, secrets)
+    return replace(response, content=content, tool_calls=calls)
 
 
 class HttpModel:
     """One run's client for an HTTP provider: the call, the key header, the typed errors
-    and the redaction, shared by the adapters. A subclass names its ``provider`` and
+    and the scrubbing, shared by the adapters. A subclass names its ``provider`` and
     ``path`` and maps the request and the response. Holds no per-call state, so it is safe
-    from many threads."""
+    from many threads. ``secrets`` are every key the deployment has, not only this run's:
+    a reply must not carry any of them."""
 
     provider: ClassVar[str]
     path: ClassVar[str]
 
-    def __init__(self, config: Any, key: ResolvedKey, poster: JsonPoster) -> None:
+    def __init__(self, config: Any, key: ResolvedKey, poster: JsonPoster, secrets: tuple[str, ...]) -> None:
         self._config = config
         self._key = key
         self._poster = poster
+        self._secrets = secrets
         self._url = config.base_url.rstrip("/") + self.path
         self._label = f"{self.provider} ({urlsplit(config.base_url).netloc})"
 
@@ -418,24 +378,23 @@ class HttpModel:
     def complete(self, request: ModelRequest) -> ModelResponse:
         if self._key.missing is not None:
             raise ModelKeyMissing(f"{self.provider}: {self._key.missing}")
-        secrets = self._key.secrets()
         headers = self.headers(self._key.header_value())
-        reply = self._poster.post(self._url, headers, self.request_body(request), request.timeout_s, secrets)
+        reply = self._poster.post(self._url, headers, self.request_body(request), request.timeout_s, self._secrets)
         if not reply.ok:
             raise typed_error(
                 reply,
                 provider=self.provider,
                 label=self._label,
                 key_ref=self._config.api_key_ref,
-                secrets=secrets,
                 overflow=self.is_context_overflow(reply),
             )
         if reply.body is None:
             raise ModelResponseInvalid(f"{self._label} answered HTTP {reply.status} with a body that is not JSON")
         try:
-            return self.parse(reply.body, request)
-        except ModelResponseInvalid as exc:  # it may quote the model's output, which may quote the key
-            raise ModelResponseInvalid(redact(exc.message, secrets)) from None
+            response = self.parse(reply.body, request)
+        except ModelResponseInvalid as exc:  # it may quote decoded arguments
+            raise ModelResponseInvalid(scrub_text(exc.message, self._secrets)) from None
+        return scrub_response(response, self._secrets)
 
 
 def tool_result_text(message: Message) -> str:

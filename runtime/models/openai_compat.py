@@ -26,7 +26,6 @@ from runtime.models.http import (
     HttpModel,
     HttpReply,
     JsonPoster,
-    ModelKeys,
     ModelResponseInvalid,
     RetryPolicy,
     SharedClient,
@@ -34,6 +33,7 @@ from runtime.models.http import (
     token_count,
     tool_result_text,
 )
+from runtime.models.keys import ModelKeys
 
 PROVIDER = "openai"
 # Phrases OpenAI-compatible servers use when the prompt does not fit the context window.
@@ -190,15 +190,16 @@ class OpenAIProvider:
         self._keys = keys
         self._retry = retry
         self._http = SharedClient()
+        self._secrets = keys.values()
 
     def __repr__(self) -> str:
         return "OpenAIProvider()"
 
-    def __call__(self, config: Any) -> OpenAICompatModel:
+    def __call__(self, config: Any, owner: str) -> OpenAICompatModel:
         if not isinstance(config, OpenAIModelConfig):
             raise TypeError(f"OpenAIProvider needs an OpenAIModelConfig, not {type(config).__name__}")
-        key = self._keys.resolve(PROVIDER, config.api_key_ref, config.base_url)
-        return OpenAICompatModel(config, key, JsonPoster(PROVIDER, self._http, self._retry))
+        key = self._keys.resolve(PROVIDER, config.api_key_ref, config.base_url, owner)
+        return OpenAICompatModel(config, key, JsonPoster(PROVIDER, self._http, self._retry), self._secrets)
 
     def close(self) -> None:
         self._http.close()

@@ -19,6 +19,17 @@ class FenceLost(AidaworkError):
         self.fence = fence
 
 
+class ToolCallIdReused(AidaworkError):
+    """The round's commit would store a tool call id the run already has (the provider
+    reused an id from before a context rebuild). Nothing was written."""
+
+    code = "MODEL_TOOL_CALL_ID_REUSED"
+
+    def __init__(self, run_id: UUID) -> None:
+        super().__init__(f"run {run_id}: the model reused a tool call id of an earlier round of the run")
+        self.run_id = run_id
+
+
 class RunNotFound(AidaworkError):
     code = "RUN_NOT_FOUND"
 

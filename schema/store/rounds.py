@@ -14,8 +14,9 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, TextClause, text
+from sqlalchemy.exc import IntegrityError
 
-from schema.store.errors import FenceLost
+from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.store.runs import _NEXT_IN_ROOT
 from schema.store.tx import run_transaction
 
@@ -147,7 +148,14 @@ def _commit_txn(conn: Connection, record: RoundRecord) -> UUID | None:
 def commit_round(engine: Engine, record: RoundRecord) -> UUID | None:
     """Commit a round under the held fence, or raise ``FenceLost`` having written
     nothing. When the run ended, returns the next queued run of its Root (to enqueue)."""
-    return run_transaction(engine, lambda conn: _commit_txn(conn, record), name="commit_round", single_statement=True)
+    try:
+        return run_transaction(
+            engine, lambda conn: _commit_txn(conn, record), name="commit_round", single_statement=True
+        )
+    except IntegrityError as exc:
+        if getattr(getattr(exc.orig, "diag", None), "constraint_name", None) == "uq_tool_invocations_run_id":
+            raise ToolCallIdReused(record.run_id) from None
+        raise
 
 
 # --- the model-call ledger --------------------------------------------------------------------

@@ -56,6 +56,7 @@ class ApiServer:
                 "AIDAWORK_API_KEEPALIVE_S": "1",  # wakes sse() below at least every second
                 "AIDAWORK_API_MAX_BODY_BYTES": str(BODY_LIMIT),
                 "AIDAWORK_LOG_LEVEL": "INFO",
+                "AIDAWORK_DEV": "1",
             }
         )
         with log_path.open("ab") as log:

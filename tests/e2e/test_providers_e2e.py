@@ -48,7 +48,7 @@ def key_env(fake: FakeProvider) -> dict[str, str]:
     return {
         "AIDAWORK_OPENAI_API_KEY": OPENAI_KEY,
         "AIDAWORK_ANTHROPIC_API_KEY": ANTHROPIC_KEY,
-        "AIDAWORK_MODEL_KEYS": json.dumps({"team-b": NAMED_KEY}),
+        "AIDAWORK_MODEL_KEYS": json.dumps({"team-b": {"key": NAMED_KEY, "owners": ["team-test"]}}),
         "AIDAWORK_MODEL_BASE_URLS": json.dumps([f"{fake.url}/v1", fake.url]),
     }
 
@@ -64,7 +64,7 @@ def provider_ctx(db_url: str, redis_clean: None, fake: FakeProvider) -> Iterator
         dispatch_grace_s=1,
         openai_api_key=OPENAI_KEY,
         anthropic_api_key=ANTHROPIC_KEY,
-        model_keys={"team-b": NAMED_KEY},
+        model_keys={"team-b": {"key": NAMED_KEY, "owners": ["team-test"]}},
         model_base_urls=[f"{fake.url}/v1", fake.url],
     )
     context = build_context(settings)

@@ -145,7 +145,7 @@ class RecordingFactory:
         self.configs: list[Any] = []
         self.requests: list[ModelRequest] = []
 
-    def __call__(self, config: Any) -> Any:
+    def __call__(self, config: Any, owner: str) -> Any:
         self.configs.append(config)
         inner = self.make(config)
         factory = self

@@ -15,7 +15,8 @@ from runtime.errors import ModelInputRejection, ModelUnavailable
 from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.anthropic import ANTHROPIC_VERSION, AnthropicModel, AnthropicProvider
 from runtime.models.base import ModelRequest, ModelResponse, Usage
-from runtime.models.http import ModelKeys, ModelRequestRefused, ModelResponseInvalid, RetryPolicy
+from runtime.models.http import ModelRequestRefused, ModelResponseInvalid, RetryPolicy
+from runtime.models.keys import ModelKeys
 from runtime.tools import builtin_registry
 from tests.unit.test_provider_server import FakeProvider, Reply, anthropic_error, anthropic_reply
 
@@ -37,7 +38,7 @@ def client(base_url: str, *, key_ref: str | None = "default", **config: Any) -> 
     cfg = AnthropicModelConfig.model_validate(
         {"provider": "anthropic", "name": "claude-test", "base_url": base_url, "api_key_ref": key_ref, **config}
     )
-    return AnthropicProvider(keys, retry=FAST_RETRY)(cfg)
+    return AnthropicProvider(keys, retry=FAST_RETRY)(cfg, "team-a")
 
 
 def request(
@@ -207,7 +208,7 @@ def test_overloaded_529_is_retried_then_model_unavailable(fake: FakeProvider) ->
         client(fake.url).complete(request())
 
     assert len(fake.requests) == 4
-    assert "HTTP 529 (overloaded_error): Overloaded" in info.value.message
+    assert "HTTP 529 (overloaded): Overloaded" in info.value.message
 
 
 @pytest.mark.parametrize(
@@ -238,7 +239,7 @@ def test_another_invalid_request_is_a_refusal_not_an_overflow(fake: FakeProvider
 
     assert not isinstance(info.value, ModelInputRejection)
     assert (info.value.provider, info.value.status) == ("anthropic", 400)
-    assert "HTTP 400 (invalid_request_error): messages.1.content.0.tool_use.id" in info.value.message
+    assert "HTTP 400 (invalid_request): messages.1.content.0.tool_use.id" in info.value.message
 
 
 def test_404_unknown_model_names_provider_and_status(fake: FakeProvider) -> None:

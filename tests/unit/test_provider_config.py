@@ -17,7 +17,8 @@ from runtime.config import AnthropicModelConfig, OpenAIModelConfig
 from runtime.deps import build_runtime
 from runtime.errors import RequestInvalid
 from runtime.models.anthropic import AnthropicModel
-from runtime.models.http import ModelKeys, RetryPolicy, backoff_s, retry_after_s
+from runtime.models.http import RetryPolicy, backoff_s, retry_after_s
+from runtime.models.keys import ModelKeys, NamedKey
 from runtime.models.openai_compat import OpenAICompatModel
 from runtime.outcomes import Fail, Finish
 from runtime.prepare import prepare_execution, resolve_and_run
@@ -72,9 +73,10 @@ def test_a_stored_config_parses_back_to_the_same_config() -> None:
         "max_tokens": 64,
         "temperature": 0.0,
     }
-    _, prepared = prepare_execution(build_runtime(), run_request(model))
+    runtime = build_runtime(model_keys=ModelKeys(base_urls=("http://10.0.0.5:8000/v1",)))
+    _, prepared = prepare_execution(runtime, run_request(model))
     stored = prepared.turn_config.model_dump(mode="json")
-    _, again = prepare_execution(build_runtime(), {**run_request(model), "config": stored})
+    _, again = prepare_execution(runtime, {**run_request(model), "config": stored})
 
     assert again.turn_config == prepared.turn_config
 
@@ -84,7 +86,8 @@ def test_a_stored_config_parses_back_to_the_same_config() -> None:
     [
         ({"provider": "openai", "name": "m", "base_url": "ftp://h/v1"}, "base_url", "http:// or https://"),
         ({"provider": "openai", "name": "m", "base_url": "https:///v1"}, "base_url", "with a host"),
-        ({"provider": "openai", "name": "m", "base_url": "not a url"}, "base_url", "http:// or https://"),
+        ({"provider": "openai", "name": "m", "base_url": "not a url"}, "base_url", "whitespace"),
+        ({"provider": "openai", "name": "m", "base_url": "notaurl"}, "base_url", "http:// or https://"),
         ({"provider": "anthropic", "name": "m", "base_url": "https://user:pw@h"}, "base_url", "user info"),
         ({"provider": "openai", "name": "m", "base_url": "https://h/v1?key=abc"}, "base_url", "query string"),
         ({"provider": "openai", "name": ""}, "name", "at least 1"),
@@ -98,6 +101,7 @@ def test_a_stored_config_parses_back_to_the_same_config() -> None:
     ids=[
         "ftp",
         "no_host",
+        "spaces",
         "not_a_url",
         "userinfo",
         "query",
@@ -132,51 +136,73 @@ def test_a_key_given_as_api_key_ref_is_refused_without_echoing_it() -> None:
     assert CANARY not in str(error)
 
 
-def test_a_configured_key_value_given_as_api_key_ref_is_refused() -> None:
-    # A key that looks like a name still cannot be smuggled in as a reference.
-    keys = ModelKeys(named={"team-b": SecretStr("teamBsecret123")})
-    error = refusal({"provider": "openai", "name": "m", "api_key_ref": "teamBsecret123"}, keys)
-
-    assert error.field == "config.model.api_key_ref" and "never contain it" in error.reason
-    assert "teamBsecret123" not in str(error)
+def owned(value: str, *owners: str) -> NamedKey:
+    return NamedKey(SecretStr(value), frozenset(owners))
 
 
 # --- which key, and where it may go ----------------------------------------------------------
 
+NAMED = {"team-b": owned("x" * 20, "team-b"), "shared": owned("y" * 20, "*"), "team-t": owned("z" * 20, "team-test")}
 
-def test_an_unknown_key_name_is_refused_at_prepare_listing_the_configured_names() -> None:
-    keys = ModelKeys(named={"team-b": SecretStr("x" * 20), "team-a": SecretStr("y" * 20)})
-    error = refusal({"provider": "anthropic", "name": "m", "api_key_ref": "team-c"}, keys)
+
+@pytest.mark.parametrize("ref", ["team-b", "team-c", "x" * 20, "teamBsecret123"])
+def test_a_key_the_owner_may_not_use_is_refused_alike_whether_it_exists_or_not(ref: str) -> None:
+    # Another owner's key, an unknown name, a configured key's value and a wrong guess
+    # all get the same answer: nothing tells a tenant which names or values exist.
+    keys = ModelKeys(named={**NAMED, "guess": owned("teamBsecret123", "team-b")})
+    error = refusal({"provider": "anthropic", "name": "m", "api_key_ref": ref}, keys)
 
     assert error.field == "config.model.api_key_ref"
-    assert "'team-c'" in error.reason and "team-a, team-b" in error.reason
-    assert "x" * 20 not in str(error)
+    assert error.reason == "no model key of that name is available to this run's owner"
+    for secret in ("x" * 20, "teamBsecret123", "team-b", "shared", "team-t"):
+        assert secret not in error.reason
 
 
-def test_a_key_is_never_sent_to_a_base_url_the_deployment_does_not_list() -> None:
+def test_a_key_shared_with_every_owner_or_bound_to_this_owner_is_usable() -> None:
+    runtime = build_runtime(model_keys=ModelKeys(named=NAMED))
+    for ref in ("shared", "team-t"):
+        _, prepared = prepare_execution(runtime, run_request({"provider": "openai", "name": "m", "api_key_ref": ref}))
+        assert isinstance(prepared.deps.model, OpenAICompatModel)
+
+
+def test_a_call_never_goes_to_a_base_url_the_deployment_does_not_list() -> None:
     keys = ModelKeys(openai=SecretStr(CANARY), base_urls=("http://vllm.internal:8000/v1",))
-    error = refusal({"provider": "openai", "name": "m", "base_url": "https://attacker.example/v1"}, keys)
+    for key_ref in ("default", None):  # with a key or without one (server-side request forgery)
+        error = refusal(
+            {"provider": "openai", "name": "m", "base_url": "https://attacker.example/v1", "api_key_ref": key_ref}, keys
+        )
+        assert error.field == "config.model.base_url" and "AIDAWORK_MODEL_BASE_URLS" in error.reason
+        assert "vllm.internal" not in error.reason  # the deployment's internal hosts are not listed
+        assert CANARY not in str(error)
 
-    assert error.field == "config.model.base_url"
-    assert "https://api.openai.com/v1, http://vllm.internal:8000/v1" in error.reason
-    assert CANARY not in str(error)
 
-
-def test_listed_and_official_base_urls_are_accepted_up_to_case_and_trailing_slash() -> None:
+def test_listed_and_official_base_urls_are_accepted_up_to_case_default_port_and_trailing_slash() -> None:
     keys = ModelKeys(openai=SecretStr(CANARY), base_urls=("http://vllm.internal:8000/v1",))
     runtime = build_runtime(model_keys=keys)
-    for url in ("https://API.openai.com/v1/", "http://vllm.internal:8000/v1/"):
-        prepare_execution(runtime, run_request({"provider": "openai", "name": "m", "base_url": url}))
+    for url in ("https://API.openai.com/v1/", "https://api.openai.com:443/v1", "http://vllm.internal:8000/v1/"):
+        for key_ref in ("default", None):
+            prepare_execution(
+                runtime, run_request({"provider": "openai", "name": "m", "base_url": url, "api_key_ref": key_ref})
+            )
 
 
-def test_a_run_without_a_key_may_use_any_base_url() -> None:
-    _, prepared = prepare_execution(
-        build_runtime(),
-        run_request(
-            {"provider": "openai", "name": "llama3", "base_url": "http://localhost:11434/v1", "api_key_ref": None}
-        ),
-    )
-    assert isinstance(prepared.deps.model, OpenAICompatModel)
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://vllm.internal:8000/v1?",
+        "http://vllm.internal:8000/v1#",
+        " http://vllm.internal:8000/v1",
+        "http://vllm.internal:8000/v1 ",
+        "http://vllm.internal:8000/v1\t",
+        "http://user@vllm.internal:8000/v1",
+        "http://vllm.internal:8000/v1/../admin",
+        "http://vllm.internal:8001/v1",
+    ],
+)
+def test_a_base_url_that_differs_from_a_listed_one_in_any_way_is_refused(url: str) -> None:
+    keys = ModelKeys(base_urls=("http://vllm.internal:8000/v1",))
+    error = refusal({"provider": "openai", "name": "m", "base_url": url, "api_key_ref": None}, keys)
+    assert error.field == "config.model.base_url"
 
 
 @pytest.fixture
@@ -205,7 +231,7 @@ def test_a_missing_default_key_fails_the_run_with_a_typed_error_and_no_call(
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_a_tool_using_run_completes_in_process_against_the_loopback_provider(fake: FakeProvider, provider: str) -> None:
     base_url = f"{fake.url}/v1" if provider == "openai" else fake.url
-    keys = ModelKeys(named={"team-b": SecretStr("named-key-value-1")}, base_urls=(base_url,))
+    keys = ModelKeys(named={"team-b": owned("named-key-value-1", "team-test")}, base_urls=(base_url,))
     model = {"provider": provider, "name": "m", "base_url": base_url, "api_key_ref": "team-b"}
     run = resolve_and_run(build_runtime(model_keys=keys), run_request(model))
 
@@ -262,8 +288,23 @@ def test_defaults_have_no_keys(clean_env: None) -> None:
         ("AIDAWORK_MODEL_KEYS", '{"has space": "sk-x"}'),
         ("AIDAWORK_MODEL_BASE_URLS", '["ftp://h"]'),
         ("AIDAWORK_MODEL_BASE_URLS", '["https://h/v1?key=sk-x"]'),
+        ("AIDAWORK_MODEL_KEYS", '{"b": "sk-x"'),
+        ("AIDAWORK_MODEL_KEYS", '{"b": {"key": "sk-x", "owners": []}}'),
+        ("AIDAWORK_MODEL_KEYS", '{"b": {"key": "sk-x", "owners": ["bad owner"]}}'),
+        ("AIDAWORK_MODEL_KEYS", '{"b": {"key": "sk-x", "owner": ["b"]}}'),
+        ("AIDAWORK_MODEL_BASE_URLS", '["https://h/v1", sk-x'),
     ],
-    ids=["reserved_name", "bad_name", "ftp_url", "url_with_query"],
+    ids=[
+        "reserved_name",
+        "bad_name",
+        "ftp_url",
+        "url_with_query",
+        "keys_invalid_json",
+        "no_owners",
+        "bad_owner",
+        "misspelt_field",
+        "urls_invalid_json",
+    ],
 )
 def test_bad_key_settings_are_refused_naming_the_variable(
     clean_env: None, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
@@ -273,6 +314,25 @@ def test_bad_key_settings_are_refused_naming_the_variable(
         load_settings()
     assert variable in str(info.value)
     assert "sk-x" not in str(info.value)
+
+
+def test_key_entries_bind_owners_and_plain_keys_belong_to_their_name(
+    clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "AIDAWORK_MODEL_KEYS",
+        json.dumps({"team-b": {"key": "sk-b-canary", "owners": ["team-b", "team-c"]}, "all": {"key": "sk-shared",
+                    "owners": ["*"]}, "team-d": "sk-d-canary"}),
+    )
+    settings = load_settings()
+
+    owners = {name: (key.get_secret_value(), o) for name, (key, o) in settings.named_model_keys.items()}
+    assert owners == {
+        "team-b": ("sk-b-canary", ["team-b", "team-c"]),
+        "all": ("sk-shared", ["*"]),
+        "team-d": ("sk-d-canary", ["team-d"]),
+    }
+    assert "sk-b-canary" not in repr(settings) and "sk-d-canary" not in str(settings.model_dump())
 
 
 def test_keys_lose_surrounding_whitespace_from_key_files(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:

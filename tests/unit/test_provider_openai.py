@@ -17,7 +17,8 @@ from runtime.context import context_chain
 from runtime.errors import ModelError, ModelInputRejection, ModelUnavailable
 from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.base import ModelRequest, ModelResponse, Usage
-from runtime.models.http import ModelKeys, ModelRequestRefused, ModelResponseInvalid, RetryPolicy
+from runtime.models.http import ModelRequestRefused, ModelResponseInvalid, RetryPolicy
+from runtime.models.keys import ModelKeys
 from runtime.models.openai_compat import OpenAICompatModel, OpenAIProvider
 from runtime.tools import builtin_registry
 from tests.unit.test_provider_server import FakeProvider, Reply, openai_error, openai_reply
@@ -40,7 +41,7 @@ def client(
     cfg = OpenAIModelConfig.model_validate(
         {"provider": "openai", "name": "gpt-test", "base_url": base_url, "api_key_ref": key_ref, **config}
     )
-    return OpenAIProvider(keys, retry=retry)(cfg)
+    return OpenAIProvider(keys, retry=retry)(cfg, "team-a")
 
 
 def request(

@@ -21,13 +21,17 @@ from runtime.errors import ModelError, ModelInputRejection, ModelUnavailable
 from runtime.messages import user_message
 from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelClient, ModelRequest
-from runtime.models.http import REDACTED, ModelKeys, ModelRequestRefused, ModelResponseInvalid, RetryPolicy
+from runtime.models.http import ModelRequestRefused, ModelResponseInvalid, RetryPolicy
+from runtime.models.keys import ModelKeys, NamedKey
 from runtime.models.openai_compat import OpenAIProvider
+from runtime.models.scrub import REDACTED
 from tests.unit.test_provider_server import (
     FakeProvider,
     Reply,
     anthropic_error,
     anthropic_reply,
+    echoing_error,
+    echoing_reply,
     openai_error,
     openai_reply,
 )
@@ -55,13 +59,13 @@ def fake() -> Iterator[FakeProvider]:
 def openai_client(base_url: str) -> ModelClient:
     keys = ModelKeys(openai=SecretStr(CANARY), base_urls=(base_url,))
     config = OpenAIModelConfig(provider="openai", name="m", base_url=base_url)
-    return OpenAIProvider(keys, retry=FAST_RETRY)(config)
+    return OpenAIProvider(keys, retry=FAST_RETRY)(config, "team-a")
 
 
 def anthropic_client(base_url: str) -> ModelClient:
     keys = ModelKeys(anthropic=SecretStr(CANARY), base_urls=(base_url,))
     config = AnthropicModelConfig(provider="anthropic", name="m", base_url=base_url)
-    return AnthropicProvider(keys, retry=FAST_RETRY)(config)
+    return AnthropicProvider(keys, retry=FAST_RETRY)(config, "team-a")
 
 
 # (scripted replies, the error expected) for each provider; every error body echoes the key.
@@ -166,9 +170,10 @@ def test_a_connection_failure_does_not_leak_the_key(caplog: pytest.LogCaptureFix
 
 
 def test_keys_are_masked_in_every_repr_of_the_runtime() -> None:
-    keys = ModelKeys(openai=SecretStr(CANARY), anthropic=SecretStr(CANARY), named={"b": SecretStr(CANARY)})
+    named = {"b": NamedKey(SecretStr(CANARY), frozenset({"b"}))}
+    keys = ModelKeys(openai=SecretStr(CANARY), anthropic=SecretStr(CANARY), named=named)
     runtime = build_runtime(model_keys=keys)
-    resolved = keys.resolve("openai", "default", "https://api.openai.com/v1")
+    resolved = keys.resolve("openai", "default", "https://api.openai.com/v1", "team-a")
 
     for value in (keys, runtime, runtime.base, runtime.base.model_providers, resolved):
         assert CANARY not in repr(value) and CANARY not in str(value)
@@ -194,3 +199,89 @@ def test_structlog_renders_no_key_even_through_the_json_renderer(fake: FakeProvi
 
     assert any("model_call_retried" in line for line in lines)
     assert all(CANARY not in line for line in lines)
+
+
+# --- a hostile provider echoing keys into every field ------------------------------------------
+
+OTHER = "sk-team-b-other-tenant-key"  # configured for another owner, never sent by these runs
+
+
+def hostile_client(base_url: str, anthropic: bool) -> ModelClient:
+    """team-a's client, on a deployment that also holds team-b's key."""
+    keys = ModelKeys(
+        openai=SecretStr(CANARY),
+        anthropic=SecretStr(CANARY),
+        named={"team-b": NamedKey(SecretStr(OTHER), frozenset({"team-b"}))},
+        base_urls=(base_url,),
+    )
+    if anthropic:
+        return AnthropicProvider(keys, retry=FAST_RETRY)(
+            AnthropicModelConfig(provider="anthropic", name="m", base_url=base_url), "team-a"
+        )
+    return OpenAIProvider(keys, retry=FAST_RETRY)(
+        OpenAIModelConfig(provider="openai", name="m", base_url=base_url), "team-a"
+    )
+
+
+@pytest.mark.parametrize("anthropic", [False, True], ids=["openai", "anthropic"])
+def test_no_configured_key_survives_any_field_of_an_echoing_provider(
+    fake: FakeProvider, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str], anthropic: bool
+) -> None:
+    base_url = fake.url if anthropic else f"{fake.url}/v1"
+    client = hostile_client(base_url, anthropic)
+    caplog.set_level(logging.DEBUG)
+    texts: list[str] = []
+    with capture_logs() as events:
+        for key in (CANARY, OTHER):
+            for status in (400, 403, 404, 409, 422):
+                fake.script(echoing_error(status, key, anthropic=anthropic))
+                with pytest.raises(ModelRequestRefused) as refused:
+                    client.complete(REQUEST)
+                texts += exception_texts(refused.value)
+            fake.script(*[echoing_error(500, key, anthropic=anthropic)] * 3)
+            with pytest.raises(ModelUnavailable) as unavailable:
+                client.complete(REQUEST)
+            texts += exception_texts(unavailable.value)
+            fake.script(echoing_reply(key, anthropic=anthropic))
+            response = client.complete(REQUEST)
+            texts.append(repr(response) + repr(response.to_json()))
+    out, err = capfd.readouterr()
+
+    # The echoes arrived (the fake really sent them) and came out redacted ...
+    assert len(fake.requests) == 2 * 9
+    assert all(REDACTED in t for t in texts if "HTTP 4" in t and "refused" in t) and any(REDACTED in t for t in texts)
+    assert [c.args for c in response.tool_calls if c.name == "echo"] == [{"x": REDACTED}]
+    # ... and neither key is in any exception, response, log event or output.
+    everything = "\n".join([*texts, str(events), caplog.text, out, err])
+    assert CANARY not in everything and OTHER not in everything
+    # The provider's own type and code strings are never copied: our vocabulary is.
+    assert "echo Bearer" not in everything and "(invalid_request)" in everything
+
+
+def test_a_non_json_error_page_is_not_echoed_and_codes_come_from_the_vocabulary(fake: FakeProvider) -> None:
+    client = hostile_client(f"{fake.url}/v1", anthropic=False)
+    fake.script(
+        Reply(400, raw=b"<html>internal admin db_password=hunter2</html>"),
+        Reply(400, {"error": {"type": "<script>custom</script>", "code": "weird code", "message": "x" * 5000}}),
+    )
+    with pytest.raises(ModelRequestRefused) as page:
+        client.complete(REQUEST)
+    with pytest.raises(ModelRequestRefused) as custom:
+        client.complete(REQUEST)
+
+    assert page.value.message.endswith("HTTP 400 (invalid_request)") and "hunter2" not in page.value.message
+    assert "script" not in custom.value.message and "weird" not in custom.value.message
+    assert "HTTP 400 (invalid_request): " in custom.value.message and len(custom.value.message) < 300
+
+
+def test_a_redirect_from_an_allowed_base_url_is_not_followed(fake: FakeProvider) -> None:
+    elsewhere = FakeProvider()
+    try:
+        fake.script(Reply(302, headers={"location": f"{elsewhere.url}/v1/chat/completions"}, raw=b""))
+        with pytest.raises(ModelRequestRefused) as info:
+            hostile_client(f"{fake.url}/v1", anthropic=False).complete(REQUEST)
+    finally:
+        elsewhere.close()
+
+    assert elsewhere.requests == [] and len(fake.requests) == 1
+    assert "HTTP 302 (redirect_not_followed)" in info.value.message

@@ -181,6 +181,42 @@ def anthropic_error(status: int, kind: str, message: str, headers: dict[str, str
     return Reply(status, {"type": "error", "error": {"type": kind, "message": message}}, headers=headers or {})
 
 
+# --- a hostile provider: the key it was sent, echoed into every field ---------------------
+
+
+def echoed(key: str) -> dict[str, Any]:
+    """Every place an error body can carry text, each holding ``key`` (plainly, in a
+    sentence, as an object key, nested)."""
+    return {
+        "type": f"echo Bearer {key}/bad",
+        "code": key,
+        "message": f"Invalid key {key} for this org",
+        "param": key,
+        "nested": {"k": key, key: [key, {"deeper": key}]},
+    }
+
+
+def echoing_error(status: int, key: str, *, anthropic: bool = False, headers: dict[str, str] | None = None) -> Reply:
+    body: dict[str, Any] = {"error": echoed(key)}
+    if anthropic:
+        body["type"] = "error"
+    return Reply(status, body, headers=headers or {})
+
+
+def echoing_reply(key: str, *, anthropic: bool = False, call_tools: bool = True) -> Reply:
+    """A 2xx answer with the key in its text, tool call ids, tool names and arguments
+    (plainly and JSON-escaped, which only decoding reveals)."""
+    escaped = "".join(f"\\u{ord(c):04x}" for c in key)
+    if anthropic:
+        uses = [(f"toolu_{key}", f"add{key}", {"a": 2, "b": 3, key: key}), ("toolu_2", "echo", {"x": key})]
+        return anthropic_reply(f"The key is {key}.", uses if call_tools else [])
+    calls = [
+        (f"call_{key}", f"add{key}", json.dumps({"a": 2, "b": 3, key: key})),
+        ("call_2", "echo", '{"x": "' + escaped + '"}'),
+    ]
+    return openai_reply(f"The key is {key}.", calls if call_tools else [])
+
+
 # --- a model played from the request: add, then answer ---------------------------------------
 
 

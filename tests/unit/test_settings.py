@@ -81,3 +81,15 @@ def test_known_failpoints_are_parsed_from_a_comma_separated_list(monkeypatch: py
 
     assert load_settings().failpoint_set == frozenset({"after_commit", "in_tool"})
     assert frozenset({"after_commit", "in_tool"}) <= FAILPOINTS
+
+
+def test_worker_beat_and_api_need_the_secret_unless_in_development(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = load_settings().secret_problem()
+    assert problem is not None and "AIDAWORK_SECRET_KEY" in problem and "AIDAWORK_DEV" in problem
+
+    monkeypatch.setenv("AIDAWORK_DEV", "1")
+    assert load_settings().secret_problem() is None
+
+    monkeypatch.delenv("AIDAWORK_DEV")
+    monkeypatch.setenv("AIDAWORK_SECRET_KEY", "s" * 32)
+    assert load_settings().secret_problem() is None

@@ -25,11 +25,33 @@ class WorkerContext:
 
 
 _context: WorkerContext | None = None
+_threads: int | None = None
 _lock = threading.Lock()
 
 
-def build_context(settings: Settings) -> WorkerContext:
-    engine = make_engine(settings.database_url, pool_size=min(settings.worker_concurrency, 50) + 2)
+def set_process_threads(threads: int) -> None:
+    """Called by ``aidawork worker`` before Celery starts: the context built later sizes
+    its connection pool from the concurrency the worker really runs with."""
+    global _threads
+    _threads = threads
+
+
+def pool_size_for(threads: int, cap: int) -> int:
+    """Connections for a process running ``threads`` rounds at once: one each, plus the
+    heartbeat and one spare, never more than ``cap`` (AIDAWORK_DATABASE_POOL_MAX). With
+    N worker processes a deployment opens at most N x cap connections."""
+    return max(1, min(threads + 2, cap))
+
+
+def build_context(settings: Settings, threads: int | None = None) -> WorkerContext:
+    """``threads``: how many rounds this process runs at once (a worker's --concurrency);
+    AIDAWORK_WORKER_CONCURRENCY when not given."""
+    engine = make_engine(
+        settings.database_url,
+        pool_size=pool_size_for(threads or settings.worker_concurrency, settings.database_pool_max),
+        pool_timeout_s=settings.database_pool_timeout_s,
+        prepared_statements=not settings.database_pgbouncer,
+    )
     # Workers warn at start-up when the secret is unset (cli.cmd_worker); clients never sign.
     secret = DEV_SECRET if settings.secret_key is None else settings.secret_key.get_secret_value().encode()
     return WorkerContext(
@@ -57,5 +79,5 @@ def get_context() -> WorkerContext:
                 settings = get_settings()
                 if not structlog.is_configured():  # the CLI configures its own, quieter
                     configure_logging(settings.log_level)
-                _context = build_context(settings)
+                _context = build_context(settings, _threads)
     return _context

@@ -59,8 +59,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import os
 
     from worker.app import CONTROL_QUEUE, ROUNDS_QUEUE, app
+    from worker.bootstrap import set_process_threads
 
     concurrency = args.concurrency or get_settings().worker_concurrency
+    set_process_threads(concurrency)
     app.worker_main(
         [
             "worker",

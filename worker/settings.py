@@ -84,6 +84,13 @@ class Settings(BaseSettings):
     max_local_read_bytes: int = Field(default=1_048_576, ge=1, le=64 * 1_048_576)
     # Threads per worker process: rounds wait on model I/O, so many fit in one process.
     worker_concurrency: int = Field(default=32, ge=1, le=1000)
+    # Database connections per process: min(threads + 2, this). A round holds a
+    # connection only for the length of one statement, so a few serve hundreds of
+    # threads; a thread finding all in use waits up to database_pool_timeout_s.
+    database_pool_max: int = Field(default=20, ge=1, le=1000)
+    database_pool_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    # Behind PgBouncer in transaction pooling mode: no server-side prepared statements.
+    database_pgbouncer: bool = False
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     # Test-only crash injection: comma-separated names from FAILPOINTS. Empty in production.
     failpoints: str = ""

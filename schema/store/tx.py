@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import Connection, Engine, create_engine
@@ -17,10 +17,28 @@ T = TypeVar("T")
 log = structlog.get_logger("aidawork.store")
 
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+def make_engine(
+    url: str, *, pool_size: int = 10, pool_timeout_s: float = 30.0, prepared_statements: bool = True
+) -> Engine:
+    """The process's engine: at most ``pool_size`` connections (no overflow), so a fleet's
+    connection count is known in advance; a thread that finds them all in use waits up to
+    ``pool_timeout_s`` for one instead of failing with "too many clients".
+
+    ``prepared_statements=False`` for PgBouncer in transaction pooling mode: psycopg
+    prepares a statement on the server after a few executions, and behind such a pooler
+    the next execution may reach another server connection that never prepared it."""
+    connect_args: dict[str, Any] = {} if prepared_statements else {"prepare_threshold": None}
     # No pre-ping: it would add a round trip to every round. A dead connection fails
     # the statement, the task fails, and the run is redelivered.
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=0,
+        pool_timeout=pool_timeout_s,
+        pool_recycle=1800,
+        hide_parameters=True,
+        connect_args=connect_args,
+    )
 
 
 def sqlstate_of(exc: BaseException) -> str | None:

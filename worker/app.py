@@ -13,16 +13,22 @@
 - Task events on (``worker_send_task_events``, ``task_send_sent_event``): Flower sees
   every task from sent to succeeded.
 - No result backend: outcomes live in PostgreSQL.
+- Publishing retries for a few seconds while the broker is unreachable
+  (``PUBLISH_RETRY_POLICY``); past that, ``send_or_defer`` marks the run due for the
+  reconciler's next pass, so a run moves again seconds after the broker is back, not
+  after the dispatch grace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from uuid import UUID
 
 import structlog
 from celery import Celery
+from sqlalchemy import Engine
 
+from schema.store.runs import dispatch_failed
 from schema.wire import OriginalToolRoundResume
 from worker.settings import get_settings
 
@@ -36,6 +42,9 @@ RECONCILE_TASK = "aidawork.reconcile"
 # after this long. Kept long: PostgreSQL leases, not the broker, decide when a round is
 # abandoned; the reconciler acts after lease_s.
 VISIBILITY_TIMEOUT_S = 3600
+# kombu's publish retries on a lost broker connection: about 8 s in all, then the caller
+# defers to the reconciler (a round thread is not held longer than that).
+PUBLISH_RETRY_POLICY = {"max_retries": 10, "interval_start": 0, "interval_step": 0.5, "interval_max": 1.0}
 
 
 def create_app() -> Celery:
@@ -50,6 +59,8 @@ def create_app() -> Celery:
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
         task_send_sent_event=True,
+        task_publish_retry=True,
+        task_publish_retry_policy=PUBLISH_RETRY_POLICY,
         task_serializer="json",
         accept_content=["json"],
         result_serializer="json",
@@ -94,3 +105,16 @@ def dispatch_resume(resumes: Sequence[OriginalToolRoundResume]) -> None:
         next_boundary_seq=first.boundary_seq,
         tool_call_ids=[r.tool_call_id for r in resumes],
     )
+
+
+def send_or_defer(engine: Engine, run_id: UUID, send: Callable[[], None]) -> bool:
+    """Send a task whose state is committed; if the broker stays unreachable past the
+    publish retries, make the run due for the reconciler's next pass instead of failing
+    (failing would only redo a round that is already committed)."""
+    try:
+        send()
+        return True
+    except Exception as exc:
+        log.warning("dispatch_deferred", run_id=str(run_id), error=type(exc).__name__)
+        dispatch_failed(engine, run_id)
+        return False

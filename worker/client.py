@@ -18,7 +18,7 @@ from schema.store import suspensions as suspension_store
 from schema.store.runs import Submitted
 from schema.store.suspensions import Receipt
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
-from worker.app import dispatch_resume, dispatch_round
+from worker.app import dispatch_resume, dispatch_round, send_or_defer
 from worker.bootstrap import WorkerContext, get_context
 
 log = structlog.get_logger("aidawork.client")
@@ -30,10 +30,8 @@ def submit(request: Mapping[str, Any] | RunRequest, *, ctx: WorkerContext | None
     ctx = ctx or get_context()
     parsed, prepared = prepare_execution(ctx.runtime, request)
     submitted = run_store.submit_run(ctx.engine, parsed, prepared.turn_config.model_dump(mode="json"))
-    try:
-        dispatch_round(submitted.run_id, 0)
-    except Exception as exc:  # the run is durable; the reconciler will send it
-        log.warning("dispatch_deferred", run_id=str(submitted.run_id), error=str(exc))
+    # The run is durable: if the broker is down, the reconciler sends it once it is back.
+    send_or_defer(ctx.engine, submitted.run_id, lambda: dispatch_round(submitted.run_id, 0))
     return submitted
 
 

@@ -2,32 +2,56 @@
 the round task of every run that should be executing but has no live task - its lease
 expired (a crashed or paused worker) or its last message was never claimed (lost in the
 broker, or the sender died between commit and send). A run whose suspended round has
-all its inputs gets its resume re-sent instead."""
+all its inputs gets its resume re-sent instead.
+
+A broker that lost its messages (Redis restarted without persistence, flushed, failed
+over to an empty replica) is noticed on the next pass: the epoch key this module keeps in
+the broker's Redis is gone. That pass re-sends every ready run at once instead of after
+the dispatch grace (a duplicate of a message that did survive is dropped at its claim)."""
 
 from __future__ import annotations
 
+from functools import cache, partial
+from uuid import uuid4
+
+import redis
 import structlog
 
 from schema.store.runs import due_for_dispatch
 from schema.store.suspensions import pending_resumes, resume_if_ready, suspended_with_all_inputs
-from worker.app import dispatch_resume, dispatch_round
+from worker.app import dispatch_resume, dispatch_round, send_or_defer
 from worker.bootstrap import WorkerContext
 
 log = structlog.get_logger("aidawork.reconcile")
+BROKER_EPOCH_KEY = "aidawork:broker-epoch"
+
+
+@cache
+def _broker(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+def broker_was_reset(broker_url: str) -> bool:
+    """True on the first pass since the broker's Redis started empty."""
+    return bool(_broker(broker_url).set(BROKER_EPOCH_KEY, uuid4().hex, nx=True))
 
 
 def reconcile(ctx: WorkerContext) -> int:
-    due = due_for_dispatch(ctx.engine, grace_s=ctx.settings.dispatch_grace_s)
+    grace_s = ctx.settings.dispatch_grace_s
+    if broker_was_reset(ctx.settings.broker_url):
+        log.warning("broker_reset_detected", detail="queued messages may be lost: every ready run is re-sent now")
+        grace_s = 0.0
+    due = due_for_dispatch(ctx.engine, grace_s=grace_s)
     for run_id, boundary_seq, resume in due:
         resumes = pending_resumes(ctx.engine, run_id) if resume else []
         if resumes:
-            dispatch_resume(resumes)
+            send_or_defer(ctx.engine, run_id, partial(dispatch_resume, resumes))
         else:
-            dispatch_round(run_id, boundary_seq)
+            send_or_defer(ctx.engine, run_id, partial(dispatch_round, run_id, boundary_seq))
         log.info("run_redispatched", run_id=str(run_id), boundary_seq=boundary_seq, resume=resume)
     for run_id in suspended_with_all_inputs(ctx.engine):
         resumes = resume_if_ready(ctx.engine, run_id)
         if resumes:
-            dispatch_resume(resumes)
+            send_or_defer(ctx.engine, run_id, partial(dispatch_resume, resumes))
             log.info("run_redispatched", run_id=str(run_id), resume=True)
     return len(due)

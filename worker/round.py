@@ -36,7 +36,7 @@ from schema.store.rounds import RoundRecord
 from schema.store.runs import Claim
 from schema.wire import RoundTask, RunStatus
 from worker import failpoints
-from worker.app import dispatch_resume, dispatch_round
+from worker.app import dispatch_resume, dispatch_round, send_or_defer
 from worker.bootstrap import WorkerContext
 from worker.logging import bind
 from worker.rebuild import rebuild_context
@@ -137,8 +137,13 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message)
     except BaseException:
-        # Give the run back at once rather than at lease expiry; a lost fence makes this a no-op.
-        run_store.release_lease(ctx.engine, claim.run_id, claim.fence)
+        # Give the run back at once rather than at lease expiry; a lost fence makes this a
+        # no-op. With the database down the release fails too: the original error is the
+        # one that matters (it decides the retry), and the lease expires on its own.
+        try:
+            run_store.release_lease(ctx.engine, claim.run_id, claim.fence)
+        except Exception as exc:
+            log.warning("lease_release_failed", error=type(exc).__name__)
         raise
 
     return _after_commit(ctx, claim, memory, result, next_run_id)
@@ -159,13 +164,13 @@ def _after_commit(
     failpoints.hit("after_commit")
 
     if isinstance(outcome, Continue):
-        dispatch_round(claim.run_id, claim.boundary_seq + 1)
+        send_or_defer(ctx.engine, claim.run_id, lambda: dispatch_round(claim.run_id, claim.boundary_seq + 1))
     elif isinstance(outcome, Suspended):
         resumes = suspension_store.resume_if_ready(ctx.engine, claim.run_id)
         if resumes:
-            dispatch_resume(resumes)
+            send_or_defer(ctx.engine, claim.run_id, lambda: dispatch_resume(resumes))
     elif next_run_id is not None:
-        dispatch_round(next_run_id, 0)
+        send_or_defer(ctx.engine, next_run_id, lambda: dispatch_round(next_run_id, 0))
     failpoints.hit("after_enqueue")
     return RoundDisposition.COMMITTED
 

@@ -9,7 +9,12 @@ from typing import Any
 
 import structlog
 from celery import Task
+from kombu.exceptions import OperationalError as BrokerUnavailable
 from pydantic import ValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from runtime.errors import ModelUnavailable
 from runtime.resume import ResumeRefused
@@ -29,6 +34,10 @@ log = structlog.get_logger("aidawork.tasks")
 class OnError(StrEnum):
     DROP = "drop"  # acknowledge: the message can never succeed, or another holder owns the round
     RETRY = "retry"  # transient: send the task again after a backoff (the lease was released)
+    # The database or the broker is unavailable (a restart, a blip, connection
+    # exhaustion): send the task again within seconds, many times; the store already
+    # retried each statement for a while (schema.store.tx).
+    RETRY_SOON = "retry_soon"
 
 
 # The one table mapping errors to what happens to the message. Anything not listed is
@@ -39,9 +48,16 @@ ERROR_DISPOSITION: dict[type[BaseException], OnError] = {
     FenceLost: OnError.DROP,
     ResumeRefused: OnError.DROP,  # a forged, stale or replayed resume: nothing was written
     ModelUnavailable: OnError.RETRY,
+    OperationalError: OnError.RETRY_SOON,
+    InterfaceError: OnError.RETRY_SOON,
+    PoolTimeout: OnError.RETRY_SOON,
+    BrokerUnavailable: OnError.RETRY_SOON,
+    RedisConnectionError: OnError.RETRY_SOON,
+    RedisTimeoutError: OnError.RETRY_SOON,
 }
 
 MAX_TRANSIENT_RETRIES = 5
+MAX_UNAVAILABLE_RETRIES = 40  # at most 5 s apart: a few minutes of outage, then the reconciler
 
 
 def disposition_of(exc: BaseException) -> OnError | None:
@@ -55,7 +71,7 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
     """One execution = one ReAct round of one run (``run_id`` at ``boundary_seq``)."""
 
     name = RUN_ROUND_TASK
-    max_retries = MAX_TRANSIENT_RETRIES
+    max_retries = MAX_UNAVAILABLE_RETRIES  # per disposition below: MAX_TRANSIENT_RETRIES for a model
 
     def run(self, run_id: str, boundary_seq: int) -> str:
         clear()
@@ -77,9 +93,14 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
             if disposition is OnError.DROP:
                 log.warning("round_dropped", error=type(exc).__name__, reason=str(exc))
                 return "dropped"
-            if disposition is OnError.RETRY and self.request.retries < self.max_retries:
-                countdown = 1 + backoff_s(self.request.retries + 1, base_s=1.0, cap_s=60.0)
+            retries = self.request.retries
+            if disposition is OnError.RETRY and retries < MAX_TRANSIENT_RETRIES:
+                countdown = 1 + backoff_s(retries + 1, base_s=1.0, cap_s=60.0)
                 log.warning("round_retried", error=type(exc).__name__, countdown_s=countdown)
+                raise self.retry(exc=exc, countdown=countdown) from exc
+            if disposition is OnError.RETRY_SOON and retries < MAX_UNAVAILABLE_RETRIES:
+                countdown = round(0.2 + backoff_s(retries + 1, base_s=0.5, cap_s=5.0), 3)
+                log.warning("round_retried", error=type(exc).__name__, countdown_s=countdown, unavailable=True)
                 raise self.retry(exc=exc, countdown=countdown) from exc
             log.exception("round_crashed")
             raise

@@ -369,6 +369,22 @@ def release_lease(engine: Engine, run_id: UUID, fence: int) -> bool:
     return run_transaction(engine, _txn, name="release_lease", single_statement=True)
 
 
+def dispatch_failed(engine: Engine, run_id: UUID) -> None:
+    """The task for this run could not be sent (the broker is down): make the run due for
+    the reconciler's next pass at once, instead of after the dispatch grace."""
+
+    def _txn(conn: Connection) -> None:
+        conn.execute(
+            text(
+                "UPDATE runs SET dispatched_at = '-infinity' "
+                "WHERE id = :run_id AND status IN ('queued', 'running', 'suspended')"
+            ),
+            {"run_id": run_id},
+        )
+
+    run_transaction(engine, _txn, name="dispatch_failed", single_statement=True)
+
+
 def extend_leases(engine: Engine, holdings: list[tuple[UUID, int]], lease_s: float) -> set[UUID]:
     """Heartbeat for every round this process holds, in one statement. Returns the run
     ids whose fence is still held; the others were taken over."""

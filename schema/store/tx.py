@@ -1,5 +1,6 @@
-"""The engine, and the one helper that retries a whole transaction on a serialization
-failure (SQLSTATE 40001) or deadlock (40P01). Nothing else in the project retries SQL."""
+"""The engine, and the one helper that retries a whole transaction: on a serialization
+failure (SQLSTATE 40001) or deadlock (40P01), and while the database is unavailable
+(bounded). Nothing else in the project retries SQL."""
 
 from __future__ import annotations
 
@@ -10,9 +11,15 @@ from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import Connection, Engine, create_engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+# admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
+UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+# How long one transaction waits for an unavailable database before giving up: shorter
+# than a lease (30 s by default), so a round that gives up still has its claim.
+UNAVAILABLE_RETRY_S = 10.0
 T = TypeVar("T")
 log = structlog.get_logger("aidawork.store")
 
@@ -51,6 +58,18 @@ def backoff_s(attempt: int, base_s: float = 0.01, cap_s: float = 0.5) -> float:
     return random.uniform(0, min(cap_s, base_s * 2 ** (attempt - 1)))
 
 
+def is_unavailable(exc: BaseException) -> bool:
+    """The database could not be reached or is refusing work for now: a lost or refused
+    connection, a server shutting down or starting up, "too many clients", or no pooled
+    connection free in time. Retrying later can help; nothing about the work is wrong."""
+    if isinstance(exc, SATimeoutError):
+        return True
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return False
+    sqlstate = sqlstate_of(exc)
+    return sqlstate is None or sqlstate.startswith("08") or sqlstate in UNAVAILABLE_SQLSTATES
+
+
 def run_transaction(
     engine: Engine,
     fn: Callable[[Connection], T],
@@ -58,11 +77,19 @@ def run_transaction(
     isolation_level: str | None = None,
     single_statement: bool = False,
     max_attempts: int = 5,
+    unavailable_s: float = UNAVAILABLE_RETRY_S,
     name: str = "transaction",
 ) -> T:
     """Run ``fn(conn)`` in one transaction, committed on return. On 40001/40P01 the
     whole transaction is rolled back and run again (bounded, jittered); ``fn`` must
     therefore do nothing but database work.
+
+    While the database is unavailable (``is_unavailable``: a restart, a network blip,
+    connection exhaustion) the transaction is tried again with short, jittered backoff for
+    up to ``unavailable_s``, so a round rides out a short outage in place and goes on the
+    moment the database is back, instead of failing and waiting for its lease to expire.
+    (A connection lost during COMMIT leaves the outcome unknown; the retry of a fenced
+    statement then matches nothing, and the lease or the reconciler takes over.)
 
     ``single_statement``: ``fn`` issues exactly one statement, which is atomic on its
     own, so it runs in autocommit and saves the BEGIN and COMMIT round trips (two of the
@@ -70,14 +97,29 @@ def run_transaction(
     if single_statement:
         isolation_level = "AUTOCOMMIT"
     attempt = 1
+    unavailable_since: float | None = None
     while True:
         try:
             with engine.connect() as conn:
                 if isolation_level is not None:
                     conn = conn.execution_options(isolation_level=isolation_level)
                 with conn.begin():
-                    return fn(conn)
-        except DBAPIError as exc:
+                    result = fn(conn)
+            if unavailable_since is not None:
+                log.warning("database_available", name=name, after_s=round(time.monotonic() - unavailable_since, 3))
+            return result
+        except (DBAPIError, SATimeoutError) as exc:
+            if is_unavailable(exc):
+                now = time.monotonic()
+                unavailable_since = unavailable_since or now
+                if now - unavailable_since >= unavailable_s:
+                    raise
+                delay = backoff_s(min(attempt, 8), base_s=0.05, cap_s=1.0)
+                log.warning("database_unavailable", name=name, attempt=attempt, error=type(exc).__name__,
+                            sqlstate=sqlstate_of(exc), delay_s=round(delay, 3))
+                time.sleep(delay)
+                attempt += 1
+                continue
             sqlstate = sqlstate_of(exc)
             if sqlstate not in RETRYABLE_SQLSTATES or attempt >= max_attempts:
                 raise

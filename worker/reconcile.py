@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import structlog
 
-from schema.store.runs import due_for_dispatch
+from schema.store.leases import due_for_dispatch
 from schema.store.suspensions import pending_resumes, resume_if_ready, suspended_with_all_inputs
 from worker.app import dispatch_resume, dispatch_round
 from worker.bootstrap import WorkerContext

@@ -28,6 +28,7 @@ from runtime.models.base import ModelRequest, ModelResponse
 from runtime.outcomes import Continue, Fail, Finish, RebuildRequired, RoundResult, RunState, Suspended
 from runtime.prepare import prepare_turn
 from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
+from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
@@ -95,9 +96,17 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
         cold=memory is None,
     )
     if claim is None:
-        log.info("claim_refused", run=run_store.describe_run(ctx.engine, task.run_id))
+        log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False)
         return RoundDisposition.DROPPED
     return run_claimed(ctx, claim, memory, drive_react_loop)
+
+
+def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, resume: bool) -> None:
+    """A refused claim of a run that has not ended is worth a warning: the run may be
+    waiting for a lease to expire or for the reconciler."""
+    refusal = run_store.explain_refused_claim(ctx.engine, run_id, boundary_seq, resume=resume)
+    emit = log.info if refusal.finished else log.warning
+    emit("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
 
 
 RoundStep = Callable[[OrchestratorDeps, RunState, RoundHooks], RoundResult]
@@ -137,7 +146,7 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
         return _fail_run(ctx, claim, exc.code, exc.message)
     except BaseException:
         # Give the run back at once rather than at lease expiry; a lost fence makes this a no-op.
-        run_store.release_lease(ctx.engine, claim.run_id, claim.fence)
+        lease_store.release_lease(ctx.engine, claim.run_id, claim.fence)
         raise
 
     return _after_commit(ctx, claim, memory, result, next_run_id)

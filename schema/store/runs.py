@@ -186,17 +186,45 @@ def load_messages(engine: Engine, root_id: UUID, from_position: int) -> list[tup
         return [(r.position, r.body, r.reads) for r in rows]
 
 
-def describe_run(engine: Engine, run_id: UUID) -> dict[str, Any] | None:
-    """Why a claim may have been refused: the run's current status and boundary."""
+_DESCRIBE_SQL = text(
+    f"""
+SELECT r.status, r.boundary_seq, r.claim_fence, coalesce(r.lease_expires_at > now(), false) AS leased,
+  {_EARLIER_ACTIVE.format(alias="r")} AS earlier_active,
+  EXISTS (SELECT 1 FROM rounds AS s WHERE s.run_id = r.id AND s.boundary_seq = r.boundary_seq) AS round_stored
+FROM runs AS r WHERE r.id = :run_id
+"""
+)
+
+
+@dataclass(frozen=True)
+class ClaimRefusal:
+    """Why a claim matched no row, read right after it (outside the hot path)."""
+
+    finished: bool  # the run has ended: a late delivery, nothing is wrong
+    reason: str
+    run: dict[str, Any] | None
+
+
+def explain_refused_claim(engine: Engine, run_id: UUID, boundary_seq: int, *, resume: bool) -> ClaimRefusal:
+    """The first condition of the claim that the run fails now. ``changed_since_claim``
+    when it meets them all again (it changed between the claim and this read)."""
     with engine.connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT status, boundary_seq, claim_fence, lease_expires_at > now() AS leased "
-                "FROM runs WHERE id = :run_id"
-            ),
-            {"run_id": run_id},
-        ).one_or_none()
-    return None if row is None else dict(row._mapping)
+        row = conn.execute(_DESCRIBE_SQL, {"run_id": run_id}).one_or_none()
+    if row is None:
+        return ClaimRefusal(False, "run_not_found", None)
+    run = dict(row._mapping)
+    if RunStatus(row.status).terminal:
+        return ClaimRefusal(True, "run_ended", run)
+    checks = [
+        (row.boundary_seq != boundary_seq, "run_at_another_boundary"),
+        (row.status == RunStatus.SUSPENDED, "run_suspended"),
+        (row.leased, "leased_by_live_holder"),
+        (row.earlier_active, "earlier_run_of_root_active"),
+        (row.round_stored and not resume, "round_awaits_resume"),
+        (resume and not row.round_stored, "suspended_round_gone"),
+    ]
+    reason = next((why for failed, why in checks if failed), "changed_since_claim")
+    return ClaimRefusal(False, reason, run)
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -347,82 +375,6 @@ def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, UUID | None]:
         message="cancelled by request",
         event_kind="run_cancelled",
     )
-
-
-# --- leases ---------------------------------------------------------------------------------
-
-
-def release_lease(engine: Engine, run_id: UUID, fence: int) -> bool:
-    """Give up a claim without committing a round (the round failed with an error).
-    The run is redelivered by the reconciler."""
-
-    def _txn(conn: Connection) -> bool:
-        result = conn.execute(
-            text(
-                "UPDATE runs SET lease_expires_at = NULL, updated_at = now() "
-                "WHERE id = :run_id AND claim_fence = :fence AND status = 'running'"
-            ),
-            {"run_id": run_id, "fence": fence},
-        )
-        return result.rowcount == 1
-
-    return run_transaction(engine, _txn, name="release_lease", single_statement=True)
-
-
-def extend_leases(engine: Engine, holdings: list[tuple[UUID, int]], lease_s: float) -> set[UUID]:
-    """Heartbeat for every round this process holds, in one statement. Returns the run
-    ids whose fence is still held; the others were taken over."""
-    if not holdings:
-        return set()
-
-    def _txn(conn: Connection) -> set[UUID]:
-        rows = conn.execute(
-            text(
-                "UPDATE runs SET lease_expires_at = now() + make_interval(secs => :lease_s) "
-                "FROM unnest(CAST(:ids AS uuid[]), CAST(:fences AS bigint[])) AS h(id, fence) "
-                "WHERE runs.id = h.id AND runs.claim_fence = h.fence AND runs.status = 'running' "
-                "RETURNING runs.id"
-            ),
-            {"ids": [r for r, _ in holdings], "fences": [f for _, f in holdings], "lease_s": lease_s},
-        )
-        return {row.id for row in rows}
-
-    return run_transaction(engine, _txn, name="extend_leases", single_statement=True)
-
-
-# --- reconcile ------------------------------------------------------------------------------
-
-RECONCILE_SQL = text(
-    f"""
-WITH due AS (
-  SELECT id FROM runs AS r
-  WHERE r.status IN ('queued', 'running')
-    AND r.dispatched_at < now() - make_interval(secs => :grace_s)
-    AND (r.lease_expires_at IS NULL OR r.lease_expires_at < now())
-    AND NOT {_EARLIER_ACTIVE.format(alias="r")}
-  ORDER BY r.dispatched_at
-  LIMIT :limit
-  FOR UPDATE SKIP LOCKED
-)
-UPDATE runs SET dispatched_at = now() FROM due WHERE runs.id = due.id
-RETURNING runs.id, runs.boundary_seq,
-  EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq) AS resume
-"""
-)
-
-
-def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int, bool]]:
-    """Runs that should be executing but have no live task: their lease expired (a
-    crashed or paused worker) or their last task was sent more than ``grace_s`` ago and
-    never claimed (a lost message). Marks them dispatched now; the caller sends tasks.
-    Each is ``(run_id, boundary_seq, resume)``: ``resume`` when the round at that
-    boundary is a suspended one whose inputs have all arrived."""
-
-    def _txn(conn: Connection) -> list[tuple[UUID, int, bool]]:
-        result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit})
-        return [(r.id, r.boundary_seq, r.resume) for r in result]
-
-    return run_transaction(engine, _txn, name="reconcile", single_statement=True)
 
 
 # --- reading --------------------------------------------------------------------------------

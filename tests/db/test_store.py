@@ -11,6 +11,7 @@ from sqlalchemy import Engine, text
 
 from runtime.deps import build_runtime
 from runtime.prepare import prepare_execution
+from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost, RootNotFound
@@ -132,7 +133,7 @@ def test_heartbeat_extends_only_leases_still_held(engine: Engine) -> None:
     assert ca and cb
     expire_lease(engine, b.run_id)
     assert claim(engine, b.run_id) is not None  # b taken over: fence moved on
-    kept = run_store.extend_leases(engine, [(a.run_id, ca.fence), (b.run_id, cb.fence)], lease_s=60)
+    kept = lease_store.extend_leases(engine, [(a.run_id, ca.fence), (b.run_id, cb.fence)], lease_s=60)
     assert kept == {a.run_id}
     leased = rows(engine, "SELECT lease_expires_at > now() + interval '30 seconds' AS long FROM runs WHERE id = :id",
                   id=a.run_id)
@@ -146,10 +147,10 @@ def test_reconcile_finds_expired_leases_and_lost_messages_but_not_live_runs(engi
     expire_lease(engine, crashed.run_id)
     with engine.begin() as conn:
         conn.execute(text("UPDATE runs SET dispatched_at = now() - interval '1 minute'"))
-    due = {run_id: (boundary, resume) for run_id, boundary, resume in run_store.due_for_dispatch(engine, grace_s=5)}
+    due = {run_id: (boundary, resume) for run_id, boundary, resume in lease_store.due_for_dispatch(engine, grace_s=5)}
     assert due == {lost.run_id: (0, False), crashed.run_id: (0, False)}
     # Marked as dispatched: a second reconciler right after finds nothing to send.
-    assert run_store.due_for_dispatch(engine, grace_s=5) == []
+    assert lease_store.due_for_dispatch(engine, grace_s=5) == []
 
 
 def test_later_run_of_a_root_waits_for_the_earlier_one(engine: Engine) -> None:

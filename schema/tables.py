@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -276,6 +277,10 @@ model_calls = Table(
     Column("input_tokens", Integer),
     Column("output_tokens", Integer),
     Column("error_code", Text),
+    # The call was paid for by a holder that had lost its claim by the time it returned
+    # (paused, partitioned, taken over): its outcome and usage are on record all the same,
+    # and its round can never commit.
+    Column("stale", Boolean, nullable=False, server_default=text("false")),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("finished_at", DateTime(timezone=True)),
     CheckConstraint(_in("status", MODEL_CALL_STATUSES), name="status"),

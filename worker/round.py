@@ -56,7 +56,8 @@ class RoundDisposition(StrEnum):
 
 class LedgerHooks:
     """Writes the model-call ledger around the call: a row before (fenced, so a stale
-    holder never pays for a call) and its outcome and usage right after."""
+    holder never pays for a call) and its outcome and usage right after - recorded even
+    when the fence was lost while the call was in flight (marked stale; then FenceLost)."""
 
     def __init__(self, ctx: WorkerContext, claim: Claim) -> None:
         self._ctx = ctx

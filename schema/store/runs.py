@@ -385,10 +385,15 @@ def get_run_view(engine: Engine, run_id: UUID) -> RunView:
         row = conn.execute(
             text(
                 "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
-                "(SELECT count(*) FROM model_calls mc WHERE mc.run_id = r.id) AS model_calls, "
+                "calls.model_calls, calls.input_tokens, calls.output_tokens, calls.stale_model_calls, "
                 "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, "
                 "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
-                "FROM runs r WHERE r.id = :run_id"
+                "FROM runs r CROSS JOIN LATERAL ("
+                "  SELECT count(*) AS model_calls, coalesce(sum(mc.input_tokens), 0) AS input_tokens,"
+                "    coalesce(sum(mc.output_tokens), 0) AS output_tokens,"
+                "    count(*) FILTER (WHERE mc.stale) AS stale_model_calls"
+                "  FROM model_calls mc WHERE mc.run_id = r.id) AS calls "
+                "WHERE r.id = :run_id"
             ),
             {"run_id": run_id},
         ).one_or_none()

@@ -30,17 +30,20 @@ RETURNING runs.id
 )
 
 
-def release_lease(engine: Engine, run_id: UUID, fence: int) -> bool:
+def release_lease(engine: Engine, run_id: UUID, fence: int, *, round_at_fault: bool) -> bool:
     """Give up a claim without committing a round (the round failed with an error).
-    The run is redelivered by the reconciler."""
+    The run is redelivered by the reconciler. ``round_at_fault``: the round itself raised
+    (a bug), so its started execution still counts as an attempt at the next claim;
+    otherwise (a dependency was unavailable) the execution is forgotten."""
 
     def _txn(conn: Connection) -> bool:
         result = conn.execute(
             text(
-                "UPDATE runs SET lease_expires_at = NULL, updated_at = now() "
+                "UPDATE runs SET lease_expires_at = NULL, updated_at = now(), "
+                "  execution_fence = CASE WHEN :at_fault THEN execution_fence END "
                 "WHERE id = :run_id AND claim_fence = :fence AND status = 'running'"
             ),
-            {"run_id": run_id, "fence": fence},
+            {"run_id": run_id, "fence": fence, "at_fault": round_at_fault},
         )
         return result.rowcount == 1
 
@@ -66,6 +69,13 @@ def extend_leases(engine: Engine, holdings: list[tuple[UUID, int]], lease_s: flo
 
 # --- reconcile ------------------------------------------------------------------------------
 
+MAX_BACKOFF_S = 3600.0
+
+# A round whose execution failed before (round_attempts > 0) and failed again (its
+# execution_fence is still set: the holder died or raised) is sent again only after a
+# backoff from when its lease ran out or was given back: 0, 1, 3, 7 ... times grace_s. A
+# burst of worker deaths then spreads a healthy round's attempts out in time instead of
+# spending them all at once; the first retry after a crash is as prompt as ever.
 RECONCILE_SQL = text(
     f"""
 WITH due AS (
@@ -73,6 +83,9 @@ WITH due AS (
   WHERE r.status IN ('queued', 'running')
     AND r.dispatched_at < now() - make_interval(secs => :grace_s)
     AND (r.lease_expires_at IS NULL OR r.lease_expires_at < now())
+    AND (r.execution_fence IS DISTINCT FROM r.claim_fence
+         OR coalesce(r.lease_expires_at, r.updated_at)
+            < now() - make_interval(secs => least(:grace_s * (power(2, r.round_attempts) - 1), :max_backoff_s)))
     AND NOT {_EARLIER_ACTIVE.format(alias="r")}
   ORDER BY r.dispatched_at
   LIMIT :limit
@@ -93,7 +106,7 @@ def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> lis
     boundary is a suspended one whose inputs have all arrived."""
 
     def _txn(conn: Connection) -> list[tuple[UUID, int, bool]]:
-        result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit})
+        result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit, "max_backoff_s": MAX_BACKOFF_S})
         return [(r.id, r.boundary_seq, r.resume) for r in result]
 
     return run_transaction(engine, _txn, name="reconcile", single_statement=True)

@@ -28,7 +28,7 @@ def _commit_sql(round_row: str, tool_rows: str) -> TextClause:
 WITH upd AS (
   UPDATE runs SET
     boundary_seq = boundary_seq + CASE WHEN :status = 'suspended' THEN 0 ELSE 1 END,
-    status = :status, lease_expires_at = NULL, round_attempts = 0,
+    status = :status, lease_expires_at = NULL, round_attempts = 0, execution_fence = NULL, round_claims = 0,
     event_seq = event_seq + :n_events, dispatched_at = now(), updated_at = now(),
     output = :output, error_code = :error_code, error_message = :error_message,
     finished_at = CASE WHEN :terminal THEN now() END
@@ -152,11 +152,15 @@ def commit_round(engine: Engine, record: RoundRecord) -> UUID | None:
 
 # --- the model-call ledger --------------------------------------------------------------------
 
+# The first ledger row of a claim also marks the round's execution as started under that
+# fence (runs.execution_fence): from here on, a holder that dies costs the round an attempt.
 _LEDGER_START_SQL = text(
     """
+WITH held AS (
+  UPDATE runs SET execution_fence = :fence WHERE id = :run_id AND claim_fence = :fence RETURNING id
+)
 INSERT INTO model_calls (run_id, boundary_seq, attempt, claim_fence, status, request_digest)
-SELECT :run_id, :boundary_seq, :attempt, :fence, 'started', :request_digest
-WHERE EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND claim_fence = :fence)
+SELECT held.id, :boundary_seq, :attempt, :fence, 'started', :request_digest FROM held
 RETURNING id
 """
 )

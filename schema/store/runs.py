@@ -34,8 +34,9 @@ _NEXT_IN_ROOT = """
 """
 
 
-def _claim_sql(guard: str) -> TextClause:
-    """The claim statement, with the condition that distinguishes a round from a resume."""
+def _claim_sql(guard: str, execution_fence: str) -> TextClause:
+    """The claim statement, with the condition that distinguishes a round from a resume,
+    and whether the claim itself starts the round's execution (a resume's does)."""
     return text(
         f"""
 WITH claimed AS (
@@ -43,7 +44,11 @@ WITH claimed AS (
     claim_fence = claim_fence + 1,
     lease_expires_at = now() + make_interval(secs => :lease_s),
     status = 'running',
-    round_attempts = round_attempts + 1,
+    -- The previous holder's execution started and never finished (it died, or the round
+    -- raised): that is an attempt of the round. A claim alone is not.
+    round_attempts = round_attempts + CASE WHEN execution_fence = claim_fence THEN 1 ELSE 0 END,
+    execution_fence = {execution_fence},
+    round_claims = round_claims + 1,
     dispatched_at = now(),
     started_at = coalesce(started_at, now()),
     updated_at = now()
@@ -52,7 +57,7 @@ WITH claimed AS (
     AND (lease_expires_at IS NULL OR lease_expires_at < now())
     AND NOT {_EARLIER_ACTIVE.format(alias="runs")}
     AND {guard}
-  RETURNING id, root_id, owner, claim_fence, round_attempts,
+  RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims,
     CASE WHEN :cold THEN input END AS input,
     CASE WHEN :cold THEN config END AS config
 )
@@ -83,8 +88,10 @@ _DURABLE_READS = """CASE WHEN m.role = 'tool' AND m.body->>'name' = 'read_files'
        WHERE lr.run_id = m.run_id AND lr.tool_call_id = m.body->>'tool_call_id') END"""
 
 # A round stored at the claimed boundary is a suspended one: only its resume may go on.
+# A round's execution starts with its first ledger row (schema.store.rounds).
 CLAIM_ROUND_SQL = _claim_sql(
-    "NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq)"
+    "NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq)",
+    execution_fence="NULL",
 )
 # A resume claims only the very suspension it was checked against: the suspended round is
 # there, and its suspended calls are exactly those (their ids change with every claim).
@@ -93,7 +100,9 @@ CLAIM_RESUME_SQL = _claim_sql(
                  AND r.outcome = 'suspend')
     AND (SELECT array_agg(ti.invocation_id ORDER BY ti.invocation_id) FROM tool_invocations AS ti
          WHERE ti.run_id = runs.id AND ti.boundary_seq = runs.boundary_seq AND ti.status = 'suspended')
-        = CAST(:invocation_ids AS text[])"""
+        = CAST(:invocation_ids AS text[])""",
+    # A resume calls no model: it runs the suspended tool calls right after its claim.
+    execution_fence="claim_fence + 1",
 )
 
 
@@ -114,7 +123,8 @@ class Claim:
     owner: str
     fence: int
     boundary_seq: int
-    attempt: int
+    attempt: int  # this execution's number: 1 + earlier executions of the round that failed
+    claims: int  # claims at this boundary, this one included
     input: str | None  # only on a cold claim
     config: dict[str, Any] | None  # only on a cold claim
     # (position, body, durable read bodies by path or None), committed since after_position
@@ -159,7 +169,8 @@ def claim_round(
             owner=row.owner,
             fence=row.claim_fence,
             boundary_seq=boundary_seq,
-            attempt=row.round_attempts,
+            attempt=row.attempt,
+            claims=row.round_claims,
             input=row.input,
             config=row.config,
             new_messages=[(p, b, reads) for p, b, reads in row.new_messages],

@@ -1,4 +1,12 @@
-"""Running the Alembic migrations from code (``aidawork migrate``)."""
+"""Running the Alembic migrations from code (``aidawork migrate``).
+
+Safe to run concurrently (every replica's start-up may run it): creating the database
+tolerates another migrator creating it first, and the upgrade runs under a
+session-level advisory lock on a fixed key, taken on the very connection Alembic
+migrates with. The lock is held across the migration transaction's COMMIT, so the next
+migrator reads ``alembic_version`` only once the schema is committed, finds it at head,
+and does nothing.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +16,17 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from schema.store.tx import sqlstate_of
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# Any fixed bigint; the same in every version of the project, so old and new migrators
+# exclude each other too. Advisory locks are per database: one key serves every database.
+MIGRATE_LOCK_KEY = 0x6169_6461_776F_726B  # "aidawork"
+# CREATE DATABASE racing another: duplicate_database, or the catalog's unique index.
+_ALREADY_CREATED = frozenset({"42P04", "23505"})
 
 
 def alembic_config() -> Config:
@@ -30,18 +47,29 @@ def ensure_database(url: str) -> bool:
             ).scalar()
             if exists:
                 return False
-            conn.execute(text(f'CREATE DATABASE "{target.database}"'))
+            try:
+                conn.execute(text(f'CREATE DATABASE "{target.database}"'))
+            except DBAPIError as exc:
+                if sqlstate_of(exc) not in _ALREADY_CREATED:
+                    raise
+                return False  # another migrator created it a moment ago
             return True
     finally:
         admin.dispose()
 
 
 def upgrade_head(url: str) -> None:
-    engine = create_engine(url)
+    engine = create_engine(url, poolclass=NullPool)  # closing the connection ends the session
     try:
-        with engine.begin() as conn:
-            cfg = alembic_config()
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATE_LOCK_KEY})
+            conn.commit()  # the lock is the session's, not this transaction's
+            with conn.begin():
+                cfg = alembic_config()
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+            # On an error the connection is closed instead, which ends the session and its lock.
+            conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATE_LOCK_KEY})
+            conn.commit()
     finally:
         engine.dispose()

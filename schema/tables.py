@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -72,8 +73,16 @@ runs = Table(
     # Incremented by every claim; every write after a claim is fenced by it.
     Column("claim_fence", BigInteger, nullable=False, server_default=text("0")),
     Column("lease_expires_at", DateTime(timezone=True)),
-    # Claims made at the current boundary; bounded, so a poison round cannot loop.
+    # Executions of the current boundary's round that started and did not finish because
+    # of the round itself (its worker died executing it, or it raised a bug); bounded, so a
+    # poison round cannot loop. A claim alone, or an unavailable dependency, never counts.
     Column("round_attempts", Integer, nullable=False, server_default=text("0")),
+    # The fence of the claim whose execution started (its first ledger row; a resume's
+    # claim) and has not finished; the next claim counts it as a failed attempt.
+    Column("execution_fence", BigInteger),
+    # Claims at the current boundary, whatever became of them: a backstop for a round that
+    # kills its worker before its execution is marked (AIDAWORK_MAX_ROUND_ATTEMPTS x 3).
+    Column("round_claims", Integer, nullable=False, server_default=text("0")),
     # Sequence number of the run's last event.
     Column("event_seq", Integer, nullable=False, server_default=text("0")),
     # When a round task was last sent (or claimed): the reconciler re-sends stale ones.
@@ -267,7 +276,7 @@ model_calls = Table(
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
     Column("boundary_seq", Integer, nullable=False),
-    # The claim attempt at this boundary that made the call (runs.round_attempts).
+    # The attempt at this boundary that made the call (runs.round_attempts + 1).
     Column("attempt", Integer, nullable=False),
     Column("claim_fence", BigInteger, nullable=False),
     Column("status", Text, nullable=False),
@@ -276,6 +285,10 @@ model_calls = Table(
     Column("input_tokens", Integer),
     Column("output_tokens", Integer),
     Column("error_code", Text),
+    # The call was paid for by a holder that had lost its claim by the time it returned
+    # (paused, partitioned, taken over): its outcome and usage are on record all the same,
+    # and its round can never commit.
+    Column("stale", Boolean, nullable=False, server_default=text("false")),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("finished_at", DateTime(timezone=True)),
     CheckConstraint(_in("status", MODEL_CALL_STATUSES), name="status"),

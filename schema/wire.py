@@ -131,6 +131,11 @@ class RunView(_Wire):
     status: RunStatus
     rounds: int
     model_calls: int
+    # Token usage summed over every model call on record, stale ones included: the spend.
+    input_tokens: int = 0
+    output_tokens: int = 0
+    # Calls paid for by a holder that had lost its claim (the round could not commit).
+    stale_model_calls: int = 0
     rebuilds: int = 0
     output: str | None
     error_code: str | None

@@ -28,7 +28,7 @@ import structlog
 from celery import Celery
 from sqlalchemy import Engine
 
-from schema.store.runs import dispatch_failed
+from schema.store.leases import dispatch_failed
 from schema.wire import OriginalToolRoundResume
 from worker.settings import get_settings
 

@@ -147,7 +147,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(
         f"run {view.run_id}: {view.status}  rounds: {view.rounds}  model calls: {view.model_calls}"
-        f"  rebuilds: {view.rebuilds}"
+        + (f" ({view.stale_model_calls} stale)" if view.stale_model_calls else "")
+        + f"  tokens: {view.input_tokens} in, {view.output_tokens} out  rebuilds: {view.rebuilds}"
     )
     if view.output is not None:
         print(f"output: {view.output}")

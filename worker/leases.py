@@ -1,6 +1,11 @@
 """The lease keeper: one heartbeat thread per worker process extends the lease of every
 round the process holds, in one statement, every ``lease_s / 3``. A paused or dead
-process stops heartbeating, its leases expire, and the reconciler hands its runs on."""
+process stops heartbeating, its leases expire, and the reconciler hands its runs on.
+
+The heartbeat reads its holdings, then writes: a round may commit (or give its claim
+back) in between. That is safe because the statement only extends a lease that still
+exists under the same fence (``schema.store.leases``): a commit or a release leaves none,
+so a late heartbeat cannot re-arm it and refuse the next round's claim."""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from uuid import UUID
 import structlog
 from sqlalchemy import Engine
 
-from schema.store.runs import extend_leases
+from schema.store.leases import extend_leases
 
 log = structlog.get_logger("aidawork.leases")
 
@@ -47,9 +52,11 @@ class LeaseKeeper:
         if not holdings:
             return
         kept = extend_leases(self._engine, holdings, self._lease_s)
-        for run_id, fence in holdings:
-            if run_id not in kept:
-                log.warning("lease_lost", run_id=str(run_id), claim_fence=fence)
+        with self._lock:
+            # A round that left ``holding`` since the snapshot gave its lease back itself.
+            lost = [(r, f) for r, f in holdings if r not in kept and self._held.get(r) == f]
+        for run_id, fence in lost:
+            log.warning("lease_lost", run_id=str(run_id), claim_fence=fence)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval_s):

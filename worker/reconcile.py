@@ -17,7 +17,7 @@ from uuid import uuid4
 import redis
 import structlog
 
-from schema.store.runs import due_for_dispatch
+from schema.store.leases import due_for_dispatch
 from schema.store.suspensions import pending_resumes, resume_if_ready, suspended_with_all_inputs
 from worker.app import dispatch_resume, dispatch_round, send_or_defer
 from worker.bootstrap import WorkerContext

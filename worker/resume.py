@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from uuid import UUID
 
-import structlog
-
 from runtime.messages import ToolCall
 from runtime.outcomes import RoundDigests
 from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
@@ -22,9 +20,7 @@ from schema.store import runs as run_store
 from schema.store.suspensions import SuspensionMaterial, load_suspension
 from schema.wire import OriginalToolRoundResume
 from worker.bootstrap import WorkerContext
-from worker.round import RoundDisposition, run_claimed
-
-log = structlog.get_logger("aidawork.resume")
+from worker.round import RoundDisposition, log_refused_claim, run_claimed
 
 
 def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -> RoundDisposition:
@@ -53,7 +49,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
         resume_of=[r.invocation_id for r in resumes],
     )
     if claim is None:
-        log.info("claim_refused", run=run_store.describe_run(ctx.engine, run_id), resume=True)
+        log_refused_claim(ctx, run_id, boundary_seq, resume=True)
         return RoundDisposition.DROPPED
     digests = RoundDigests(
         material.digests["system_digest"],

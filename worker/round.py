@@ -2,7 +2,7 @@
 
 1. claim the run at the expected boundary (fence + 1, lease), loading only the
    messages this process has not cached yet - one statement;
-2. stop a poison round: too many claims at one boundary fail the run;
+2. stop a poison round: too many failed executions at one boundary fail the run;
 3. run exactly one round in the runtime core, under the lease keeper's heartbeat,
    with the model call written to the ledger before and after;
 4. commit the round - one fenced statement;
@@ -17,10 +17,12 @@ from typing import Any
 from uuid import UUID
 
 import structlog
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from runtime.context import context_chain, context_form
 from runtime.deps import OrchestratorDeps
-from runtime.errors import ModelError, RequestInvalid
+from runtime.errors import ModelError, ModelUnavailable, RequestInvalid
 from runtime.loop import RoundHooks, drive_react_loop
 from runtime.memory import RunMemory
 from runtime.messages import Message
@@ -28,10 +30,11 @@ from runtime.models.base import ModelRequest, ModelResponse
 from runtime.outcomes import Continue, Fail, Finish, RebuildRequired, RoundResult, RunState, Suspended
 from runtime.prepare import prepare_turn
 from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
+from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
-from schema.store.errors import ToolCallIdReused
+from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.store.rounds import RoundRecord
 from schema.store.runs import Claim
 from schema.wire import RoundTask, RunStatus
@@ -46,6 +49,10 @@ log = structlog.get_logger("aidawork.round")
 ROUND_ATTEMPTS_EXHAUSTED = "ROUND_ATTEMPTS_EXHAUSTED"
 ROUND_PROOF_INVALID = "ROUND_PROOF_INVALID"
 CONFIG_INVALID = "CONFIG_INVALID"
+# Claims of one round allowed per attempt of the budget: a holder that dies before the
+# round's execution is marked (loading a huge context, say) costs no attempt, but a round
+# that always does so must still end.
+UNSTARTED_CLAIMS_FACTOR = 3
 
 
 class RoundDisposition(StrEnum):
@@ -56,7 +63,8 @@ class RoundDisposition(StrEnum):
 
 class LedgerHooks:
     """Writes the model-call ledger around the call: a row before (fenced, so a stale
-    holder never pays for a call) and its outcome and usage right after."""
+    holder never pays for a call) and its outcome and usage right after - recorded even
+    when the fence was lost while the call was in flight (marked stale; then FenceLost)."""
 
     def __init__(self, ctx: WorkerContext, claim: Claim) -> None:
         self._ctx = ctx
@@ -96,26 +104,47 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
         cold=memory is None,
     )
     if claim is None:
-        log.info("claim_refused", run=run_store.describe_run(ctx.engine, task.run_id))
+        log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False)
         return RoundDisposition.DROPPED
     return run_claimed(ctx, claim, memory, drive_react_loop)
 
 
+def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, resume: bool) -> None:
+    """A refused claim of a run that has not ended is worth a warning: the run may be
+    waiting for a lease to expire or for the reconciler."""
+    refusal = run_store.explain_refused_claim(ctx.engine, run_id, boundary_seq, resume=resume)
+    emit = log.info if refusal.finished else log.warning
+    emit("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
+
+
 RoundStep = Callable[[OrchestratorDeps, RunState, RoundHooks], RoundResult]
+
+# Errors that say nothing about the round itself: a dependency was unavailable (the
+# provider, the database connection), the claim was lost, or the process is stopping.
+# Giving the claim back after one of them costs the round no attempt.
+NOT_THE_ROUNDS_FAULT: tuple[type[BaseException], ...] = (
+    ModelUnavailable,
+    OperationalError,
+    InterfaceError,
+    PoolTimeout,
+    FenceLost,
+    KeyboardInterrupt,
+    SystemExit,
+)
+
+
+def round_at_fault(exc: BaseException) -> bool:
+    """Whether an error raised while executing a round counts as an attempt of it."""
+    return not isinstance(exc, NOT_THE_ROUNDS_FAULT)
 
 
 def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step: RoundStep) -> RoundDisposition:
     """Everything after a successful claim, for a round and for a resume alike."""
     bind(claim_fence=claim.fence)
     log.info("round_claimed", attempt=claim.attempt, cold=memory is None)
-    if claim.attempt > ctx.settings.max_round_attempts:
-        return _fail_run(
-            ctx,
-            claim,
-            ROUND_ATTEMPTS_EXHAUSTED,
-            f"round {claim.boundary_seq} was claimed {claim.attempt - 1} times without completing; "
-            f"the limit is {ctx.settings.max_round_attempts} (AIDAWORK_MAX_ROUND_ATTEMPTS)",
-        )
+    exhausted = _attempts_exhausted(claim, ctx.settings.max_round_attempts)
+    if exhausted is not None:
+        return _fail_run(ctx, claim, ROUND_ATTEMPTS_EXHAUSTED, exhausted)
     failpoints.hit("after_claim")
     try:
         memory = _memory_after_claim(ctx, memory, claim)
@@ -136,14 +165,14 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
         next_run_id = round_store.commit_round(ctx.engine, _record(ctx, claim, result))
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message)
-    except BaseException:
+    except BaseException as exc:
         # Give the run back at once rather than at lease expiry; a lost fence makes this a
         # no-op. With the database down the release fails too: the original error is the
         # one that matters (it decides the retry), and the lease expires on its own.
         try:
-            run_store.release_lease(ctx.engine, claim.run_id, claim.fence)
-        except Exception as exc:
-            log.warning("lease_release_failed", error=type(exc).__name__)
+            lease_store.release_lease(ctx.engine, claim.run_id, claim.fence, round_at_fault=round_at_fault(exc))
+        except Exception as release_error:
+            log.warning("lease_release_failed", error=type(release_error).__name__)
         raise
 
     return _after_commit(ctx, claim, memory, result, next_run_id)
@@ -173,6 +202,24 @@ def _after_commit(
         send_or_defer(ctx.engine, next_run_id, lambda: dispatch_round(next_run_id, 0))
     failpoints.hit("after_enqueue")
     return RoundDisposition.COMMITTED
+
+
+def _attempts_exhausted(claim: Claim, max_attempts: int) -> str | None:
+    """Why the round must not be tried again, or None. The budget is spent only by
+    executions that started and failed because of the round; claims whose holder died
+    before it started count only toward a backstop three times as large."""
+    where = f"round {claim.boundary_seq}"
+    if claim.attempt > max_attempts:
+        return (
+            f"{where} started executing {claim.attempt - 1} times without completing (its worker died or it "
+            f"raised); the limit is {max_attempts} (AIDAWORK_MAX_ROUND_ATTEMPTS)"
+        )
+    if claim.claims > UNSTARTED_CLAIMS_FACTOR * max_attempts:
+        return (
+            f"{where} was claimed {claim.claims - 1} times without completing; the limit is "
+            f"{UNSTARTED_CLAIMS_FACTOR} x {max_attempts} (AIDAWORK_MAX_ROUND_ATTEMPTS)"
+        )
+    return None
 
 
 def _state(memory: RunMemory, claim: Claim) -> RunState:

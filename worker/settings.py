@@ -78,7 +78,8 @@ class Settings(BaseSettings):
     # A ready run whose last task was sent this long ago without a claim is re-sent.
     dispatch_grace_s: float = Field(default=30.0, gt=0, le=3600)
     reconcile_interval_s: float = Field(default=5.0, gt=0, le=3600)
-    # Claims of one round before the run fails with ROUND_ATTEMPTS_EXHAUSTED.
+    # Failed executions of one round (its worker died in it, or it raised) before the run
+    # fails with ROUND_ATTEMPTS_EXHAUSTED.
     max_round_attempts: int = Field(default=3, ge=1, le=100)
     # Largest file a client may deliver for a durable local read (UTF-8 bytes).
     max_local_read_bytes: int = Field(default=1_048_576, ge=1, le=64 * 1_048_576)

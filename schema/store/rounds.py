@@ -29,7 +29,7 @@ def _commit_sql(round_row: str, tool_rows: str) -> TextClause:
 WITH upd AS (
   UPDATE runs SET
     boundary_seq = boundary_seq + CASE WHEN :status = 'suspended' THEN 0 ELSE 1 END,
-    status = :status, lease_expires_at = NULL, round_attempts = 0,
+    status = :status, lease_expires_at = NULL, round_attempts = 0, execution_fence = NULL, round_claims = 0,
     event_seq = event_seq + :n_events, dispatched_at = now(), updated_at = now(),
     output = :output, error_code = :error_code, error_message = :error_message,
     finished_at = CASE WHEN :terminal THEN now() END
@@ -160,21 +160,31 @@ def commit_round(engine: Engine, record: RoundRecord) -> UUID | None:
 
 # --- the model-call ledger --------------------------------------------------------------------
 
+# The first ledger row of a claim also marks the round's execution as started under that
+# fence (runs.execution_fence): from here on, a holder that dies costs the round an attempt.
 _LEDGER_START_SQL = text(
     """
+WITH held AS (
+  UPDATE runs SET execution_fence = :fence WHERE id = :run_id AND claim_fence = :fence RETURNING id
+)
 INSERT INTO model_calls (run_id, boundary_seq, attempt, claim_fence, status, request_digest)
-SELECT :run_id, :boundary_seq, :attempt, :fence, 'started', :request_digest
-WHERE EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND claim_fence = :fence)
+SELECT held.id, :boundary_seq, :attempt, :fence, 'started', :request_digest FROM held
 RETURNING id
 """
 )
 
+# Keyed by the call's own row, which only this holder's started call matches (its id, run
+# and fence, still 'started'): it never needs the fence to be held - the call was paid for
+# either way - and it can change nothing but that row, once. Whether the fence is still
+# held is recorded, not required.
 _LEDGER_FINISH_SQL = text(
     """
-UPDATE model_calls SET status = :status, response_digest = :response_digest,
+UPDATE model_calls AS mc SET status = :status, response_digest = :response_digest,
   input_tokens = :input_tokens, output_tokens = :output_tokens, error_code = :error_code,
-  finished_at = now()
-WHERE id = :call_id AND EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND claim_fence = :fence)
+  finished_at = now(),
+  stale = NOT EXISTS (SELECT 1 FROM runs WHERE runs.id = mc.run_id AND runs.claim_fence = mc.claim_fence)
+WHERE mc.id = :call_id AND mc.run_id = :run_id AND mc.claim_fence = :fence AND mc.status = 'started'
+RETURNING mc.stale
 """
 )
 
@@ -215,10 +225,12 @@ def record_model_call_finished(
     error_code: str | None,
 ) -> None:
     """Write the call's outcome and usage right after it returns (before tools run), so
-    the spend is on record even if the round never commits."""
+    the spend is on record even if the round never commits. A holder that has lost its
+    fence records its call all the same, marked ``stale``, and then gets ``FenceLost``
+    (its round can never commit, so it stops here)."""
 
-    def _txn(conn: Connection) -> None:
-        result = conn.execute(
+    def _txn(conn: Connection) -> bool | None:
+        stale = conn.execute(
             _LEDGER_FINISH_SQL,
             {
                 "call_id": call_id,
@@ -230,8 +242,9 @@ def record_model_call_finished(
                 "output_tokens": output_tokens,
                 "error_code": error_code,
             },
-        )
-        if result.rowcount != 1:
-            raise FenceLost(run_id, fence)
+        ).scalar_one_or_none()
+        return None if stale is None else bool(stale)
 
-    run_transaction(engine, _txn, name="model_call_finished", single_statement=True)
+    stale = run_transaction(engine, _txn, name="model_call_finished", single_statement=True)
+    if stale is None or stale:  # None: not this holder's started call; nothing was written
+        raise FenceLost(run_id, fence)

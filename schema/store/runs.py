@@ -34,8 +34,9 @@ _NEXT_IN_ROOT = """
 """
 
 
-def _claim_sql(guard: str) -> TextClause:
-    """The claim statement, with the condition that distinguishes a round from a resume."""
+def _claim_sql(guard: str, execution_fence: str) -> TextClause:
+    """The claim statement, with the condition that distinguishes a round from a resume,
+    and whether the claim itself starts the round's execution (a resume's does)."""
     return text(
         f"""
 WITH claimed AS (
@@ -43,7 +44,11 @@ WITH claimed AS (
     claim_fence = claim_fence + 1,
     lease_expires_at = now() + make_interval(secs => :lease_s),
     status = 'running',
-    round_attempts = round_attempts + 1,
+    -- The previous holder's execution started and never finished (it died, or the round
+    -- raised): that is an attempt of the round. A claim alone is not.
+    round_attempts = round_attempts + CASE WHEN execution_fence = claim_fence THEN 1 ELSE 0 END,
+    execution_fence = {execution_fence},
+    round_claims = round_claims + 1,
     dispatched_at = now(),
     started_at = coalesce(started_at, now()),
     updated_at = now()
@@ -52,7 +57,7 @@ WITH claimed AS (
     AND (lease_expires_at IS NULL OR lease_expires_at < now())
     AND NOT {_EARLIER_ACTIVE.format(alias="runs")}
     AND {guard}
-  RETURNING id, root_id, owner, claim_fence, round_attempts,
+  RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims,
     CASE WHEN :cold THEN input END AS input,
     CASE WHEN :cold THEN config END AS config
 )
@@ -83,8 +88,10 @@ _DURABLE_READS = """CASE WHEN m.role = 'tool' AND m.body->>'name' = 'read_files'
        WHERE lr.run_id = m.run_id AND lr.tool_call_id = m.body->>'tool_call_id') END"""
 
 # A round stored at the claimed boundary is a suspended one: only its resume may go on.
+# A round's execution starts with its first ledger row (schema.store.rounds).
 CLAIM_ROUND_SQL = _claim_sql(
-    "NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq)"
+    "NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq)",
+    execution_fence="NULL",
 )
 # A resume claims only the very suspension it was checked against: the suspended round is
 # there, and its suspended calls are exactly those (their ids change with every claim).
@@ -93,7 +100,9 @@ CLAIM_RESUME_SQL = _claim_sql(
                  AND r.outcome = 'suspend')
     AND (SELECT array_agg(ti.invocation_id ORDER BY ti.invocation_id) FROM tool_invocations AS ti
          WHERE ti.run_id = runs.id AND ti.boundary_seq = runs.boundary_seq AND ti.status = 'suspended')
-        = CAST(:invocation_ids AS text[])"""
+        = CAST(:invocation_ids AS text[])""",
+    # A resume calls no model: it runs the suspended tool calls right after its claim.
+    execution_fence="claim_fence + 1",
 )
 
 
@@ -114,7 +123,8 @@ class Claim:
     owner: str
     fence: int
     boundary_seq: int
-    attempt: int
+    attempt: int  # this execution's number: 1 + earlier executions of the round that failed
+    claims: int  # claims at this boundary, this one included
     input: str | None  # only on a cold claim
     config: dict[str, Any] | None  # only on a cold claim
     # (position, body, durable read bodies by path or None), committed since after_position
@@ -159,7 +169,8 @@ def claim_round(
             owner=row.owner,
             fence=row.claim_fence,
             boundary_seq=boundary_seq,
-            attempt=row.round_attempts,
+            attempt=row.attempt,
+            claims=row.round_claims,
             input=row.input,
             config=row.config,
             new_messages=[(p, b, reads) for p, b, reads in row.new_messages],
@@ -186,17 +197,45 @@ def load_messages(engine: Engine, root_id: UUID, from_position: int) -> list[tup
         return [(r.position, r.body, r.reads) for r in rows]
 
 
-def describe_run(engine: Engine, run_id: UUID) -> dict[str, Any] | None:
-    """Why a claim may have been refused: the run's current status and boundary."""
+_DESCRIBE_SQL = text(
+    f"""
+SELECT r.status, r.boundary_seq, r.claim_fence, coalesce(r.lease_expires_at > now(), false) AS leased,
+  {_EARLIER_ACTIVE.format(alias="r")} AS earlier_active,
+  EXISTS (SELECT 1 FROM rounds AS s WHERE s.run_id = r.id AND s.boundary_seq = r.boundary_seq) AS round_stored
+FROM runs AS r WHERE r.id = :run_id
+"""
+)
+
+
+@dataclass(frozen=True)
+class ClaimRefusal:
+    """Why a claim matched no row, read right after it (outside the hot path)."""
+
+    finished: bool  # the run has ended: a late delivery, nothing is wrong
+    reason: str
+    run: dict[str, Any] | None
+
+
+def explain_refused_claim(engine: Engine, run_id: UUID, boundary_seq: int, *, resume: bool) -> ClaimRefusal:
+    """The first condition of the claim that the run fails now. ``changed_since_claim``
+    when it meets them all again (it changed between the claim and this read)."""
     with engine.connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT status, boundary_seq, claim_fence, lease_expires_at > now() AS leased "
-                "FROM runs WHERE id = :run_id"
-            ),
-            {"run_id": run_id},
-        ).one_or_none()
-    return None if row is None else dict(row._mapping)
+        row = conn.execute(_DESCRIBE_SQL, {"run_id": run_id}).one_or_none()
+    if row is None:
+        return ClaimRefusal(False, "run_not_found", None)
+    run = dict(row._mapping)
+    if RunStatus(row.status).terminal:
+        return ClaimRefusal(True, "run_ended", run)
+    checks = [
+        (row.boundary_seq != boundary_seq, "run_at_another_boundary"),
+        (row.status == RunStatus.SUSPENDED, "run_suspended"),
+        (row.leased, "leased_by_live_holder"),
+        (row.earlier_active, "earlier_run_of_root_active"),
+        (row.round_stored and not resume, "round_awaits_resume"),
+        (resume and not row.round_stored, "suspended_round_gone"),
+    ]
+    reason = next((why for failed, why in checks if failed), "changed_since_claim")
+    return ClaimRefusal(False, reason, run)
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -349,98 +388,6 @@ def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, UUID | None]:
     )
 
 
-# --- leases ---------------------------------------------------------------------------------
-
-
-def release_lease(engine: Engine, run_id: UUID, fence: int) -> bool:
-    """Give up a claim without committing a round (the round failed with an error).
-    The run is redelivered by the reconciler."""
-
-    def _txn(conn: Connection) -> bool:
-        result = conn.execute(
-            text(
-                "UPDATE runs SET lease_expires_at = NULL, updated_at = now() "
-                "WHERE id = :run_id AND claim_fence = :fence AND status = 'running'"
-            ),
-            {"run_id": run_id, "fence": fence},
-        )
-        return result.rowcount == 1
-
-    return run_transaction(engine, _txn, name="release_lease", single_statement=True)
-
-
-def dispatch_failed(engine: Engine, run_id: UUID) -> None:
-    """The task for this run could not be sent (the broker is down): make the run due for
-    the reconciler's next pass at once, instead of after the dispatch grace."""
-
-    def _txn(conn: Connection) -> None:
-        conn.execute(
-            text(
-                "UPDATE runs SET dispatched_at = '-infinity' "
-                "WHERE id = :run_id AND status IN ('queued', 'running', 'suspended')"
-            ),
-            {"run_id": run_id},
-        )
-
-    run_transaction(engine, _txn, name="dispatch_failed", single_statement=True)
-
-
-def extend_leases(engine: Engine, holdings: list[tuple[UUID, int]], lease_s: float) -> set[UUID]:
-    """Heartbeat for every round this process holds, in one statement. Returns the run
-    ids whose fence is still held; the others were taken over."""
-    if not holdings:
-        return set()
-
-    def _txn(conn: Connection) -> set[UUID]:
-        rows = conn.execute(
-            text(
-                "UPDATE runs SET lease_expires_at = now() + make_interval(secs => :lease_s) "
-                "FROM unnest(CAST(:ids AS uuid[]), CAST(:fences AS bigint[])) AS h(id, fence) "
-                "WHERE runs.id = h.id AND runs.claim_fence = h.fence AND runs.status = 'running' "
-                "RETURNING runs.id"
-            ),
-            {"ids": [r for r, _ in holdings], "fences": [f for _, f in holdings], "lease_s": lease_s},
-        )
-        return {row.id for row in rows}
-
-    return run_transaction(engine, _txn, name="extend_leases", single_statement=True)
-
-
-# --- reconcile ------------------------------------------------------------------------------
-
-RECONCILE_SQL = text(
-    f"""
-WITH due AS (
-  SELECT id FROM runs AS r
-  WHERE r.status IN ('queued', 'running')
-    AND r.dispatched_at < now() - make_interval(secs => :grace_s)
-    AND (r.lease_expires_at IS NULL OR r.lease_expires_at < now())
-    AND NOT {_EARLIER_ACTIVE.format(alias="r")}
-  ORDER BY r.dispatched_at
-  LIMIT :limit
-  FOR UPDATE SKIP LOCKED
-)
-UPDATE runs SET dispatched_at = now() FROM due WHERE runs.id = due.id
-RETURNING runs.id, runs.boundary_seq,
-  EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq) AS resume
-"""
-)
-
-
-def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int, bool]]:
-    """Runs that should be executing but have no live task: their lease expired (a
-    crashed or paused worker) or their last task was sent more than ``grace_s`` ago and
-    never claimed (a lost message). Marks them dispatched now; the caller sends tasks.
-    Each is ``(run_id, boundary_seq, resume)``: ``resume`` when the round at that
-    boundary is a suspended one whose inputs have all arrived."""
-
-    def _txn(conn: Connection) -> list[tuple[UUID, int, bool]]:
-        result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit})
-        return [(r.id, r.boundary_seq, r.resume) for r in result]
-
-    return run_transaction(engine, _txn, name="reconcile", single_statement=True)
-
-
 # --- reading --------------------------------------------------------------------------------
 
 
@@ -449,10 +396,15 @@ def get_run_view(engine: Engine, run_id: UUID) -> RunView:
         row = conn.execute(
             text(
                 "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
-                "(SELECT count(*) FROM model_calls mc WHERE mc.run_id = r.id) AS model_calls, "
+                "calls.model_calls, calls.input_tokens, calls.output_tokens, calls.stale_model_calls, "
                 "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, "
                 "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
-                "FROM runs r WHERE r.id = :run_id"
+                "FROM runs r CROSS JOIN LATERAL ("
+                "  SELECT count(*) AS model_calls, coalesce(sum(mc.input_tokens), 0) AS input_tokens,"
+                "    coalesce(sum(mc.output_tokens), 0) AS output_tokens,"
+                "    count(*) FILTER (WHERE mc.stale) AS stale_model_calls"
+                "  FROM model_calls mc WHERE mc.run_id = r.id) AS calls "
+                "WHERE r.id = :run_id"
             ),
             {"run_id": run_id},
         ).one_or_none()

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, text
 
 from runtime.deps import build_runtime
 from runtime.prepare import prepare_execution
+from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost, RootNotFound
@@ -79,7 +80,8 @@ def test_two_workers_racing_to_claim_exactly_one_wins(engine: Engine) -> None:
     assert len(winners) == 1
     assert winners[0].fence == 1
     row = run_row(engine, run.run_id)
-    assert (row["claim_fence"], row["round_attempts"], row["status"]) == (1, 1, "running")
+    assert (row["claim_fence"], row["round_attempts"], row["round_claims"], row["status"]) == (1, 0, 1, "running")
+    assert winners[0].attempt == 1
 
 
 def test_stale_fence_commit_changes_nothing(engine: Engine) -> None:
@@ -132,7 +134,7 @@ def test_heartbeat_extends_only_leases_still_held(engine: Engine) -> None:
     assert ca and cb
     expire_lease(engine, b.run_id)
     assert claim(engine, b.run_id) is not None  # b taken over: fence moved on
-    kept = run_store.extend_leases(engine, [(a.run_id, ca.fence), (b.run_id, cb.fence)], lease_s=60)
+    kept = lease_store.extend_leases(engine, [(a.run_id, ca.fence), (b.run_id, cb.fence)], lease_s=60)
     assert kept == {a.run_id}
     leased = rows(engine, "SELECT lease_expires_at > now() + interval '30 seconds' AS long FROM runs WHERE id = :id",
                   id=a.run_id)
@@ -146,10 +148,10 @@ def test_reconcile_finds_expired_leases_and_lost_messages_but_not_live_runs(engi
     expire_lease(engine, crashed.run_id)
     with engine.begin() as conn:
         conn.execute(text("UPDATE runs SET dispatched_at = now() - interval '1 minute'"))
-    due = {run_id: (boundary, resume) for run_id, boundary, resume in run_store.due_for_dispatch(engine, grace_s=5)}
+    due = {run_id: (boundary, resume) for run_id, boundary, resume in lease_store.due_for_dispatch(engine, grace_s=5)}
     assert due == {lost.run_id: (0, False), crashed.run_id: (0, False)}
     # Marked as dispatched: a second reconciler right after finds nothing to send.
-    assert run_store.due_for_dispatch(engine, grace_s=5) == []
+    assert lease_store.due_for_dispatch(engine, grace_s=5) == []
 
 
 def test_later_run_of_a_root_waits_for_the_earlier_one(engine: Engine) -> None:

@@ -17,8 +17,9 @@ SCRIPT = [
 # (attempt, fence) of each ledger row at boundary 0). Worker A claims round 0 with fence 1;
 # every later claim is worker B's.
 EXPECTED = {
-    # A dies before the model call: B's second attempt at round 0 makes the only call.
-    "after_claim": ({0: 1, 1: 1, 2: 1}, [2, 3, 4], [(2, 2)]),
+    # A dies before the model call, before the round's execution started: that costs the
+    # round no attempt, so B's claim is still attempt 1 and makes the only call.
+    "after_claim": ({0: 1, 1: 1, 2: 1}, [2, 3, 4], [(1, 2)]),
     # A paid for a call and died: B calls again. That is the one extra call allowed.
     "after_model_call": ({0: 2, 1: 1, 2: 1}, [2, 3, 4], [(1, 1), (2, 2)]),
     # A committed round 0 but never sent round 1: the reconciler sends it, B runs it.

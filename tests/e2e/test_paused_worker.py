@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 from datetime import datetime
 
-from tests.conftest import Cluster, rows, scripted_request, wait_until
+from tests.conftest import REPO, Cluster, rows, scripted_request, wait_until
 from tests.e2e.helpers import (
     calls_per_boundary,
     events,
@@ -96,3 +99,72 @@ def test_worker_paused_past_its_lease_cannot_commit_after_another_took_over(clus
     # Its own fence is the only one it ever held; the ledger has its call and the other's.
     assert calls_per_boundary(ctx.engine, run_id) == {0: 2, 1: 1}
     assert _ts(dropped[0]) > _ts(takeover)
+
+
+def test_model_call_of_a_worker_taken_over_mid_call_is_on_the_ledger_as_stale_with_its_usage(
+    cluster: Cluster, ctx
+) -> None:
+    # The worker is paused while its model call is in flight (the scripted latency), past
+    # its lease; another worker takes the round over. When the paused worker resumes, its
+    # call returns - it was paid for - and the ledger must record its outcome and usage,
+    # marked stale, without the stale holder changing anything else.
+    cluster.start_worker("paused", concurrency=1)
+    cluster.start_beat()
+    script = [{"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}], "latency_ms": 3000}, {"content": "5"}]
+    run_id = client.submit(scripted_request(script), ctx=ctx).run_id
+
+    in_flight = wait_until(
+        lambda: rows(ctx.engine, "SELECT * FROM model_calls WHERE run_id = :id AND status = 'started'", id=run_id),
+        interval_s=0.02,
+        what="the paused worker's model call to start",
+    )[0]
+    cluster.signal("paused", signal.SIGSTOP)
+    stale_fence = in_flight["claim_fence"]
+    assert rows(ctx.engine, "SELECT status FROM model_calls WHERE id = :id", id=in_flight["id"]) == [
+        {"status": "started"}
+    ], "the call returned before the worker was paused: the test did not set up its interleaving"
+
+    cluster.start_worker("other")
+    wait_until(
+        lambda: [e for e in events(cluster, "other", "round_claimed", run_id=run_id) if e["claim_fence"] > stale_fence],
+        what="the other worker to take round 0 over",
+    )
+    before_resume = run_row(ctx.engine, run_id)
+    resumed_at_lines = len(cluster.logs("paused"))
+    cluster.signal("paused", signal.SIGCONT)
+    outcome = wait_until(
+        lambda: [
+            line
+            for line in cluster.logs("paused")[resumed_at_lines:]
+            if line.get("event") in ("round_dropped", "round_committed", "round_crashed")
+        ],
+        what="the resumed worker to finish its stale round",
+    )
+    assert [(line["event"], line.get("error")) for line in outcome] == [("round_dropped", "FenceLost")]
+    cluster.signal("paused", signal.SIGTERM)
+    assert wait_exit(cluster, "paused") == 0
+
+    run = wait_terminal(ctx.engine, run_id)
+    assert (run["status"], run["output"]) == ("completed", "5")
+    assert run["claim_fence"] >= before_resume["claim_fence"]
+    rounds = round_rows(ctx.engine, run_id)
+    assert stale_fence not in {r["claim_fence"] for r in rounds}
+
+    calls = rows(ctx.engine, "SELECT * FROM model_calls WHERE run_id = :id ORDER BY id", id=run_id)
+    stale = [c for c in calls if c["id"] == in_flight["id"]]
+    assert [(c["status"], c["stale"], c["claim_fence"]) for c in stale] == [("succeeded", True, stale_fence)]
+    assert stale[0]["input_tokens"] > 0 and stale[0]["output_tokens"] > 0 and stale[0]["response_digest"]
+    assert [(c["boundary_seq"], c["status"], c["stale"]) for c in calls if c["id"] != in_flight["id"]] == [
+        (0, "succeeded", False),
+        (1, "succeeded", False),
+    ]
+
+    # `aidawork status` counts the stale call and its tokens in the run's spend.
+    status = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "status", str(run_id), "--json"],
+        cwd=REPO, env=cluster.env(), capture_output=True, text=True, timeout=60, check=True,
+    )
+    view = json.loads(status.stdout)
+    assert (view["model_calls"], view["stale_model_calls"]) == (3, 1)
+    assert view["input_tokens"] == sum(c["input_tokens"] for c in calls)
+    assert view["output_tokens"] == sum(c["output_tokens"] for c in calls)

@@ -156,7 +156,8 @@ def _store_due(ctx: Any) -> list[UUID]:
     """Store the runs and make them due: the cluster's reconciler sends them through its
     own broker (this process's Celery app points at the shared test Redis)."""
     from runtime.prepare import prepare_execution
-    from schema.store.runs import dispatch_failed, submit_run
+    from schema.store.leases import dispatch_failed
+    from schema.store.runs import submit_run
 
     ids = []
     for i in range(RUNS):

@@ -1,0 +1,128 @@
+"""Leases and dispatch: the heartbeat, giving a claim back, and the reconciler's query.
+
+A lease exists (``runs.lease_expires_at`` is not NULL) exactly while a claim holds the
+run and has not given it back: a claim sets it, and every write that gives the run back
+(the round's commit, a release, the end of the run) sets it to NULL. A heartbeat only
+*extends* a lease of its own fence that still exists; it never creates one. So a
+heartbeat whose snapshot of held rounds was taken before a commit, a release or a newer
+claim is a no-op whenever its statement lands: the commit and the release left no lease
+to extend, and the newer claim changed the fence. (Matching the boundary would not be
+enough: a suspended round's commit keeps the boundary, and a release keeps everything.)
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine, text
+
+from schema.store.runs import _EARLIER_ACTIVE
+from schema.store.tx import run_transaction
+
+EXTEND_LEASES_SQL = text(
+    """
+UPDATE runs SET lease_expires_at = now() + make_interval(secs => :lease_s)
+FROM unnest(CAST(:ids AS uuid[]), CAST(:fences AS bigint[])) AS h(id, fence)
+WHERE runs.id = h.id AND runs.claim_fence = h.fence AND runs.status = 'running'
+  AND runs.lease_expires_at IS NOT NULL
+RETURNING runs.id
+"""
+)
+
+
+def release_lease(engine: Engine, run_id: UUID, fence: int, *, round_at_fault: bool) -> bool:
+    """Give up a claim without committing a round (the round failed with an error).
+    The run is redelivered by the reconciler. ``round_at_fault``: the round itself raised
+    (a bug), so its started execution still counts as an attempt at the next claim;
+    otherwise (a dependency was unavailable) the execution is forgotten."""
+
+    def _txn(conn: Connection) -> bool:
+        result = conn.execute(
+            text(
+                "UPDATE runs SET lease_expires_at = NULL, updated_at = now(), "
+                "  execution_fence = CASE WHEN :at_fault THEN execution_fence END "
+                "WHERE id = :run_id AND claim_fence = :fence AND status = 'running'"
+            ),
+            {"run_id": run_id, "fence": fence, "at_fault": round_at_fault},
+        )
+        return result.rowcount == 1
+
+    return run_transaction(engine, _txn, name="release_lease", single_statement=True)
+
+
+def dispatch_failed(engine: Engine, run_id: UUID) -> None:
+    """The task for this run could not be sent (the broker is down): make the run due for
+    the reconciler's next pass at once, instead of after the dispatch grace."""
+
+    def _txn(conn: Connection) -> None:
+        conn.execute(
+            text(
+                "UPDATE runs SET dispatched_at = '-infinity' "
+                "WHERE id = :run_id AND status IN ('queued', 'running', 'suspended')"
+            ),
+            {"run_id": run_id},
+        )
+
+    run_transaction(engine, _txn, name="dispatch_failed", single_statement=True)
+
+
+def extend_leases(engine: Engine, holdings: list[tuple[UUID, int]], lease_s: float) -> set[UUID]:
+    """Heartbeat for every round this process holds, in one statement. Returns the run
+    ids whose lease was extended; the others were given back (committed, released) or
+    taken over since ``holdings`` was read."""
+    if not holdings:
+        return set()
+
+    def _txn(conn: Connection) -> set[UUID]:
+        rows = conn.execute(
+            EXTEND_LEASES_SQL,
+            {"ids": [r for r, _ in holdings], "fences": [f for _, f in holdings], "lease_s": lease_s},
+        )
+        return {row.id for row in rows}
+
+    return run_transaction(engine, _txn, name="extend_leases", single_statement=True)
+
+
+# --- reconcile ------------------------------------------------------------------------------
+
+MAX_BACKOFF_S = 3600.0
+
+# A round whose execution failed before (round_attempts > 0) and failed again (its
+# execution_fence is still set: the holder died or raised) is sent again only after a
+# backoff from when its lease ran out or was given back: 0, 1, 3, 7 ... times grace_s. A
+# burst of worker deaths then spreads a healthy round's attempts out in time instead of
+# spending them all at once; the first retry after a crash is as prompt as ever.
+RECONCILE_SQL = text(
+    f"""
+WITH due AS (
+  SELECT id FROM runs AS r
+  WHERE r.status IN ('queued', 'running')
+    AND r.dispatched_at < now() - make_interval(secs => :grace_s)
+    AND (r.lease_expires_at IS NULL OR r.lease_expires_at < now())
+    AND (r.execution_fence IS DISTINCT FROM r.claim_fence
+         OR coalesce(r.lease_expires_at, r.updated_at)
+            < now() - make_interval(secs => least(:grace_s * (power(2, r.round_attempts) - 1), :max_backoff_s)))
+    AND NOT {_EARLIER_ACTIVE.format(alias="r")}
+  ORDER BY r.dispatched_at
+  LIMIT :limit
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE runs SET dispatched_at = now() FROM due WHERE runs.id = due.id
+RETURNING runs.id, runs.boundary_seq,
+  EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq) AS resume
+"""
+)
+
+
+def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int, bool]]:
+    """Runs that should be executing but have no live task: their lease expired (a
+    crashed or paused worker) or their last task was sent more than ``grace_s`` ago and
+    never claimed (a lost message). Marks them dispatched now; the caller sends tasks.
+    Each is ``(run_id, boundary_seq, resume)``: ``resume`` when the round at that
+    boundary is a suspended one whose inputs have all arrived."""
+
+    def _txn(conn: Connection) -> list[tuple[UUID, int, bool]]:
+        result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit, "max_backoff_s": MAX_BACKOFF_S})
+        return [(r.id, r.boundary_seq, r.resume) for r in result]
+
+    return run_transaction(engine, _txn, name="reconcile", single_statement=True)

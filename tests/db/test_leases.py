@@ -1,0 +1,173 @@
+"""Leases against a real PostgreSQL: a heartbeat whose snapshot of held rounds predates
+a commit, a release or a new claim must be a no-op, so it cannot re-arm a lease that
+was given back and make the next claim wait for the lease to expire."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Engine
+from structlog.testing import capture_logs
+
+from schema.store import leases as lease_store
+from schema.store import rounds as round_store
+from schema.store.runs import Claim
+from tests.conftest import rows, wait_until
+from tests.db.test_store import claim, expire_lease, record, run_row, submit
+from worker.leases import LeaseKeeper
+
+
+def lease_of(engine: Engine, run_id: UUID) -> dict[str, Any]:
+    return rows(
+        engine,
+        "SELECT lease_expires_at IS NULL AS cleared, lease_expires_at > now() AS live FROM runs WHERE id = :id",
+        id=run_id,
+    )[0]
+
+
+def continued(c: Claim) -> Any:
+    return record(c, outcome="continue", status="running")
+
+
+def test_heartbeat_taken_before_a_commit_cannot_rearm_the_lease(engine: Engine) -> None:
+    run = submit(engine)
+    held = claim(engine, run.run_id)
+    assert held is not None
+    stale_snapshot = [(held.run_id, held.fence)]  # the heartbeat thread read its holdings here
+
+    round_store.commit_round(engine, continued(held))  # round 0 committed: lease cleared
+    kept = lease_store.extend_leases(engine, stale_snapshot, lease_s=30)  # the heartbeat's statement lands now
+
+    assert kept == set()
+    assert lease_of(engine, run.run_id)["cleared"]
+    following = claim(engine, run.run_id, boundary_seq=1)
+    assert following is not None, "the next round's claim was refused by a re-armed lease"
+    assert following.fence == held.fence + 1
+
+
+def test_heartbeat_taken_before_a_release_cannot_rearm_the_lease(engine: Engine) -> None:
+    run = submit(engine)
+    held = claim(engine, run.run_id)
+    assert held is not None
+    stale_snapshot = [(held.run_id, held.fence)]
+
+    assert lease_store.release_lease(engine, held.run_id, held.fence, round_at_fault=False)  # given back
+    assert lease_store.extend_leases(engine, stale_snapshot, lease_s=30) == set()
+
+    assert lease_of(engine, run.run_id)["cleared"]
+    retried = claim(engine, run.run_id, boundary_seq=0)
+    assert retried is not None and retried.fence == held.fence + 1
+
+
+def test_heartbeat_taken_before_a_suspension_and_its_resume_cannot_rearm_the_lease(engine: Engine) -> None:
+    run = submit(engine)
+    held = claim(engine, run.run_id)
+    assert held is not None
+    stale_snapshot = [(held.run_id, held.fence)]
+    round_store.commit_round(engine, record(held, outcome="suspend", status="suspended"))
+    # Every input arrived: the run is 'running' again at the same boundary and the same
+    # fence, with no lease; only the resume's claim may take it.
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE runs SET status = 'running' WHERE id = %s", (run.run_id,))
+
+    assert lease_store.extend_leases(engine, stale_snapshot, lease_s=30) == set()
+    assert lease_of(engine, run.run_id)["cleared"]
+
+
+def test_heartbeat_of_a_superseded_claim_cannot_extend_the_new_holders_lease(engine: Engine) -> None:
+    run = submit(engine)
+    first = claim(engine, run.run_id, lease_s=30)
+    assert first is not None
+    round_store.commit_round(engine, continued(first))
+    second = claim(engine, run.run_id, boundary_seq=1, lease_s=1)
+    assert second is not None
+    before = run_row(engine, run.run_id)["lease_expires_at"]
+
+    assert lease_store.extend_leases(engine, [(first.run_id, first.fence)], lease_s=600) == set()
+    assert run_row(engine, run.run_id)["lease_expires_at"] == before
+
+
+def test_heartbeat_keeps_a_held_lease_even_after_it_expired_unclaimed(engine: Engine) -> None:
+    # A holder that missed a beat (a long GC pause) but was not taken over keeps its claim.
+    run = submit(engine)
+    held = claim(engine, run.run_id, lease_s=1)
+    assert held is not None
+    expire_lease(engine, run.run_id)
+    assert lease_store.extend_leases(engine, [(held.run_id, held.fence)], lease_s=60) == {held.run_id}
+    assert lease_of(engine, run.run_id)["live"]
+
+
+def _waiting_on_a_row_lock(engine: Engine) -> bool:
+    return bool(
+        rows(
+            engine,
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
+            "AND query LIKE '%lease_expires_at = now()%'",
+        )
+    )
+
+
+def test_lease_keeper_beat_racing_a_commit_leaves_no_lease_and_reports_no_loss(engine: Engine) -> None:
+    # The interleaving is forced with the run row's lock: the commit's transaction holds
+    # it, so the keeper's heartbeat (snapshot already taken) waits inside its UPDATE;
+    # the round leaves ``holding`` and commits; only then does the heartbeat's statement
+    # evaluate - against the committed row.
+    keeper = LeaseKeeper(engine, lease_s=30, interval_s=3600)  # no beats of its own during the test
+    run = submit(engine)
+    held = claim(engine, run.run_id)
+    assert held is not None
+    beat = threading.Thread(target=keeper.beat_once)
+    with capture_logs() as logs, engine.connect() as commit_conn:
+        commit_tx = commit_conn.begin()
+        with keeper.holding(held.run_id, held.fence):
+            round_store._commit_txn(commit_conn, continued(held))  # row locked until commit_tx commits
+            beat.start()
+            wait_until(lambda: _waiting_on_a_row_lock(engine), what="the heartbeat to wait on the run row")
+        commit_tx.commit()
+        beat.join(timeout=30)
+    keeper.stop()
+
+    assert not beat.is_alive()
+    assert lease_of(engine, run.run_id)["cleared"]
+    assert not [entry for entry in logs if entry["event"] == "lease_lost"]
+    following = claim(engine, run.run_id, boundary_seq=1)
+    assert following is not None, "the next round's claim was refused by a re-armed lease"
+
+
+def test_lease_keeper_reports_a_lease_taken_over_while_held(engine: Engine) -> None:
+    keeper = LeaseKeeper(engine, lease_s=30, interval_s=3600)
+    run = submit(engine)
+    held = claim(engine, run.run_id)
+    assert held is not None
+    with capture_logs() as logs, keeper.holding(held.run_id, held.fence):
+        expire_lease(engine, run.run_id)
+        assert claim(engine, run.run_id) is not None  # another worker took it over
+        keeper.beat_once()
+    keeper.stop()
+    assert [(e["event"], e["claim_fence"]) for e in logs if e["event"] == "lease_lost"] == [
+        ("lease_lost", held.fence)
+    ]
+
+
+def _refusals(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["log_level"], e["reason"]) for e in logs if e["event"] == "claim_refused"]
+
+
+def test_refused_claim_of_a_live_run_is_a_warning_naming_the_reason(ctx: Any) -> None:
+    from schema.wire import RoundTask
+    from worker.round import RoundDisposition, execute_round
+
+    run = submit(ctx.engine)
+    held = claim(ctx.engine, run.run_id)  # another worker holds round 0
+    assert held is not None
+    with capture_logs() as logs:
+        assert execute_round(ctx, RoundTask(run_id=run.run_id, boundary_seq=0)) is RoundDisposition.DROPPED
+        assert execute_round(ctx, RoundTask(run_id=run.run_id, boundary_seq=3)) is RoundDisposition.DROPPED
+    assert _refusals(logs) == [("warning", "leased_by_live_holder"), ("warning", "run_at_another_boundary")]
+
+    round_store.commit_round(ctx.engine, record(held))  # the run ends
+    with capture_logs() as logs:
+        assert execute_round(ctx, RoundTask(run_id=run.run_id, boundary_seq=0)) is RoundDisposition.DROPPED
+    assert _refusals(logs) == [("info", "run_ended")]

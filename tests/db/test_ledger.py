@@ -1,0 +1,114 @@
+"""The model-call ledger against a real PostgreSQL: every call that was paid for has its
+outcome and usage on record, including a call whose holder lost its claim while the
+call was in flight (marked stale), and recording it changes nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from schema.store import rounds as round_store
+from schema.store import runs as run_store
+from schema.store.errors import FenceLost
+from schema.store.runs import Claim
+from tests.conftest import rows
+from tests.db.test_store import claim, expire_lease, submit
+
+TABLES = ["runs", "rounds", "messages", "tool_invocations", "run_events", "run_checkpoints"]
+
+
+def snapshot(engine: Engine) -> dict[str, list[dict[str, Any]]]:
+    out = {t: rows(engine, f"SELECT * FROM {t} ORDER BY 1, 2") for t in TABLES}
+    out["model_calls"] = rows(engine, "SELECT * FROM model_calls ORDER BY id")
+    return out
+
+
+def start(engine: Engine, c: Claim) -> int:
+    return round_store.record_model_call_started(engine, c.run_id, c.boundary_seq, c.attempt, c.fence, "req")
+
+
+def finish(engine: Engine, c: Claim, call_id: int, *, tokens: tuple[int, int] = (120, 30)) -> None:
+    round_store.record_model_call_finished(
+        engine, call_id, c.run_id, c.fence,
+        response_digest="resp", input_tokens=tokens[0], output_tokens=tokens[1], error_code=None,
+    )
+
+
+def call_row(engine: Engine, call_id: int) -> dict[str, Any]:
+    return rows(engine, "SELECT * FROM model_calls WHERE id = :id", id=call_id)[0]
+
+
+def test_call_of_a_holder_taken_over_in_flight_is_recorded_stale_with_its_usage(engine: Engine) -> None:
+    run = submit(engine)
+    stale = claim(engine, run.run_id)
+    assert stale is not None
+    stale_call = start(engine, stale)  # the model call is in flight now...
+    expire_lease(engine, run.run_id)  # ... its worker pauses past its lease ...
+    current = claim(engine, run.run_id)  # ... and another worker takes the round over
+    assert current is not None
+    current_call = start(engine, current)
+    finish(engine, current, current_call, tokens=(100, 10))
+    before = snapshot(engine)
+
+    with pytest.raises(FenceLost) as lost:
+        finish(engine, stale, stale_call)  # the stale call returns: paid for, so recorded
+    assert lost.value.fence == stale.fence
+
+    recorded = call_row(engine, stale_call)
+    assert (recorded["status"], recorded["stale"], recorded["input_tokens"], recorded["output_tokens"]) == (
+        "succeeded", True, 120, 30,
+    )
+    assert recorded["response_digest"] == "resp" and recorded["finished_at"] is not None
+    after = snapshot(engine)
+    assert {k: v for k, v in after.items() if k != "model_calls"} == {
+        k: v for k, v in before.items() if k != "model_calls"
+    }, "a stale holder's ledger update changed something besides its own row"
+    assert [c for c in after["model_calls"] if c["id"] != stale_call] == [
+        c for c in before["model_calls"] if c["id"] != stale_call
+    ]
+    assert not call_row(engine, current_call)["stale"]
+
+    view = run_store.get_run_view(engine, run.run_id)
+    assert (view.model_calls, view.stale_model_calls, view.input_tokens, view.output_tokens) == (2, 1, 220, 40)
+
+
+def test_ledger_update_touches_only_the_callers_own_started_row_and_only_once(engine: Engine) -> None:
+    run = submit(engine)
+    first = claim(engine, run.run_id)
+    assert first is not None
+    first_call = start(engine, first)
+    expire_lease(engine, run.run_id)
+    second = claim(engine, run.run_id)
+    assert second is not None
+    second_call = start(engine, second)
+    before = snapshot(engine)
+
+    with pytest.raises(FenceLost):  # the stale holder naming the current holder's row
+        finish(engine, first, second_call)
+    with pytest.raises(FenceLost):  # the current holder naming the stale holder's row
+        finish(engine, second, first_call)
+    assert snapshot(engine) == before
+
+    finish(engine, second, second_call, tokens=(5, 1))
+    recorded = call_row(engine, second_call)
+    with pytest.raises(FenceLost):  # a second outcome for one call is refused
+        finish(engine, second, second_call, tokens=(999, 999))
+    assert call_row(engine, second_call) == recorded
+    assert (recorded["status"], recorded["stale"], recorded["input_tokens"]) == ("succeeded", False, 5)
+
+
+def test_failed_call_of_a_stale_holder_is_recorded_stale_and_failed(engine: Engine) -> None:
+    run = submit(engine)
+    stale = claim(engine, run.run_id)
+    assert stale is not None
+    call_id = start(engine, stale)
+    run_store.cancel_run(engine, run.run_id)  # the run is cancelled while the call is in flight
+    with pytest.raises(FenceLost):
+        round_store.record_model_call_finished(
+            engine, call_id, stale.run_id, stale.fence,
+            response_digest=None, input_tokens=None, output_tokens=None, error_code="MODEL_UNAVAILABLE",
+        )
+    recorded = call_row(engine, call_id)
+    assert (recorded["status"], recorded["stale"], recorded["error_code"]) == ("failed", True, "MODEL_UNAVAILABLE")

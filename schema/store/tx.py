@@ -20,7 +20,9 @@ log = structlog.get_logger("aidawork.store")
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     # No pre-ping: it would add a round trip to every round. A dead connection fails
     # the statement, the task fails, and the run is redelivered.
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800)
+    # hide_parameters: a database error's text (logged, or shown by a traceback) never
+    # carries the bound values: file bodies, messages, prerequisite values, keys.
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800, hide_parameters=True)
 
 
 def sqlstate_of(exc: BaseException) -> str | None:

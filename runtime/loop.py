@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL, CountedCall, RepeatedToolCallBreaker
-from runtime.canonical import chain_digest, digest, non_json_path
+from runtime.canonical import MAX_RESULT_DEPTH, chain_digest, digest, json_problem
 from runtime.context import slim_tool_results_for_next_round
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelInputRejection
@@ -121,9 +121,9 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     hooks.model_call_finished(response, None)
     response = with_unique_call_ids(response, state)
     try:
-        bad = non_json_path(response.to_json(), "response")
+        bad = json_problem(response.to_json(), "response", max_depth=MAX_RESULT_DEPTH)
         if bad is not None:
-            raise ValueError(f"{bad} is NaN, an infinity, an unpaired surrogate or holds a NUL character")
+            raise ValueError(str(bad))
         response_digest = response.digest()
     except ValueError as exc:
         fail = Fail(MODEL_RESPONSE_INVALID, f"the model's response has a value with no JSON form: {exc}")
@@ -154,9 +154,11 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
     result_digest = None
     if outcome.status != "suspended":
         try:
-            bad = non_json_path(outcome.result, "result") or non_json_path(outcome.context, "result")
+            bad = json_problem(outcome.result, "result", max_depth=MAX_RESULT_DEPTH) or json_problem(
+                outcome.context, "result", max_depth=MAX_RESULT_DEPTH
+            )
             if bad is not None:
-                raise ValueError(f"{bad} is NaN, an infinity, an unpaired surrogate or holds a NUL character")
+                raise ValueError(str(bad))
             result_digest = digest(outcome.result)
         except (ValueError, TypeError) as exc:  # ... or not JSON at all
             error = {"error": {"code": "TOOL_RESULT_INVALID", "message": f"the tool's result cannot be stored: {exc}"}}

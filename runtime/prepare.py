@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
+from uuid import UUID
 
 from pydantic import ValidationError
 
-from runtime.canonical import non_json_path
+from runtime.canonical import join_path, require_json
 from runtime.config import ModelConfig, ScriptedModelConfig, TurnConfig
 from runtime.deps import OrchestratorDeps, Runtime, compose_deps
 from runtime.errors import RequestInvalid
@@ -43,10 +44,7 @@ class PreparedExecution:
 def format_loc(loc: Sequence[int | str], prefix: str = "") -> str:
     out = prefix
     for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
+        out = join_path(out, part)
     return out
 
 
@@ -105,18 +103,31 @@ def _check_script(runtime: Runtime, turn_config: TurnConfig) -> None:
                 raise invalid_from(exc, f"{where}.args") from None
 
 
-def parse_request(raw: Mapping[str, Any] | RunRequest) -> RunRequest:
-    # NaN, Infinity (json.loads accepts both) and unpaired surrogates cannot be stored,
-    # digested or sent to a model: refuse them here, naming where they are.
-    bad = non_json_path(raw.model_dump() if isinstance(raw, RunRequest) else dict(raw))
-    if bad is not None:
-        raise RequestInvalid(bad, "not storable as JSON (NaN, Infinity, an unpaired surrogate or a NUL character)")
+def parse_request(raw: object) -> RunRequest:
+    """The run request, or ``RequestInvalid`` naming the field: anything ``json_problem``
+    refuses (NaN, Infinity, NUL, unpaired surrogates, too deep, too many digits) is refused
+    here, before pydantic (whose serializer stops at 255 levels) or a store sees it."""
     if isinstance(raw, RunRequest):
+        # Its fields, not model_dump(): dumping a config nested too deep is what fails.
+        require_json({"owner": raw.owner, "input": raw.input, "config": raw.config}, "")
         return raw
+    if not isinstance(raw, Mapping):
+        raise RequestInvalid("request", f"must be a JSON object, not {_json_type(raw)}")
+    fields = dict(raw)
+    if isinstance(fields.get("root_id"), UUID):  # a Python caller may pass the id itself
+        fields["root_id"] = str(fields["root_id"])
+    require_json(fields, "")
     try:
-        return RunRequest.model_validate(dict(raw))
+        return RunRequest.model_validate(fields)
     except ValidationError as exc:
         raise invalid_from(exc) from None
+
+
+def _json_type(value: object) -> str:
+    names = {type(None): "null", bool: "a boolean", str: "a string", list: "an array", tuple: "an array"}
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "a number"
+    return names.get(type(value), f"a {type(value).__name__}")
 
 
 def prepare_execution(runtime: Runtime, raw: Mapping[str, Any] | RunRequest) -> tuple[RunRequest, PreparedExecution]:

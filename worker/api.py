@@ -7,7 +7,10 @@
   so a caller cannot learn that another owner's run exists.
 - Bodies above AIDAWORK_API_MAX_BODY_BYTES are refused with 413 before they are parsed.
 - Every refusal is ``{"error": {"code", "message", "field"}}``; a refused request
-  stores nothing (validation runs before the store's single transaction).
+  stores nothing (validation runs before the store's single transaction). JSON values
+  are checked by ``runtime.canonical.json_problem`` (NaN, Infinity, NUL, unpaired
+  surrogates, nesting, digits): 422 naming the field. Anything unexpected is a JSON 500
+  ``INTERNAL_ERROR`` and one ``request_crashed`` log line (``worker.api_errors``).
 - ``GET /v1/runs/{id}/events`` follows the durable ``run_events`` table: ``id`` is the
   event's seq, so a client that reconnects with ``Last-Event-ID`` gets exactly the
   events after it, in order. The stream ends after the run's terminal event.
@@ -26,84 +29,25 @@ from uuid import UUID
 import anyio
 import structlog
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runtime.errors import AidaworkError, RequestInvalid
-from runtime.prepare import format_loc
+from runtime.prepare import parse_request
 from schema.store import owners as owner_store
 from schema.store.errors import RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused
 from schema.wire import TERMINAL_EVENTS, RootRunView, RunEvent, RunView
-from worker import client
+from worker import api_errors, client
+from worker.api_errors import ApiError, BodyTooLarge, ErrorBody, error_response
+from worker.api_errors import validation_refusal as validation_refusal  # re-exported
 from worker.bootstrap import WorkerContext, get_context
 from worker.settings import Settings, get_settings
 
 log = structlog.get_logger("aidawork.api")
-
-# --- errors -------------------------------------------------------------------------------
-
-
-class ApiError(Exception):
-    """A refusal with its HTTP status; rendered as ``{"error": {...}}``."""
-
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
-
-
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-    field: str | None = None
-
-
-class ErrorBody(BaseModel):
-    error: ErrorDetail
-
-
-def error_response(status: int, code: str, message: str, field: str | None = None, **headers: str) -> JSONResponse:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers or None)
-
-
-def validation_refusal(errors: list[Any]) -> ApiError:
-    """The first pydantic/FastAPI error as a refusal naming its field (``config.tools[1]``,
-    ``run_id``); malformed JSON is a 400, anything else a 422."""
-    err = errors[0]
-    where, *loc = list(err["loc"]) or ["body"]
-    if err["type"] == "json_invalid":
-        detail = err.get("ctx", {}).get("error", "JSON decode error")
-        return ApiError(400, "BODY_INVALID", f"the body is not valid JSON: {detail} (at character {loc[0]})", "body")
-    field = format_loc(loc) if loc else str(where)
-    if where == "body" and not loc:
-        return ApiError(422, "REQUEST_INVALID", f"body: {err['msg']} (send a JSON object)", "body")
-    return ApiError(422, "REQUEST_INVALID", f"{field}: {err['msg']}", field)
-
-
-# The status of each expected error raised by the store or the client.
-STATUS_OF: Mapping[type[AidaworkError], tuple[int, str | None]] = {
-    RequestInvalid: (422, None),  # field from the error itself
-    RunNotFound: (404, "run_id"),
-    RootNotFound: (404, "root_id"),
-    DeliveryRefused: (409, None),
-}
-
-
-def _refusal_of(exc: AidaworkError) -> ApiError:
-    for cls, (status, field) in STATUS_OF.items():
-        if isinstance(exc, cls):
-            return ApiError(status, exc.code, exc.message, exc.field if isinstance(exc, RequestInvalid) else field)
-    # Not a refusal of the request: a dependency is unavailable (retryable) or a bug.
-    log.error("request_failed", code=exc.code, error=exc.message)
-    return ApiError(503 if exc.retryable else 500, exc.code, exc.message)
-
 
 # --- wire models of the API -----------------------------------------------------------------
 
@@ -209,11 +153,6 @@ State = Annotated[ApiState, Depends(_state)]
 # --- request size ---------------------------------------------------------------------------
 
 
-class _BodyTooLarge(HTTPException):
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"the body is larger than {limit} bytes (AIDAWORK_API_MAX_BODY_BYTES)")
-
-
 class BodyLimit:
     """Refuses a body over ``max_bytes`` before anything parses it: at once when the
     Content-Length says so, else as soon as the bytes received pass the limit (chunked
@@ -247,7 +186,7 @@ class BodyLimit:
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            refused = _BodyTooLarge(self.max_bytes)
+            refused = BodyTooLarge(self.max_bytes)
             await error_response(413, "BODY_TOO_LARGE", refused.detail, "body")(scope, receive, send)
             return
         received = 0
@@ -259,7 +198,7 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     # An HTTPException passes through FastAPI's body reading unchanged.
-                    raise _BodyTooLarge(self.max_bytes)
+                    raise BodyTooLarge(self.max_bytes)
             return message
 
         await self.app(scope, limited_receive, send)
@@ -330,6 +269,7 @@ _REFUSALS: dict[int | str, dict[str, Any]] = {
         409: "the run's state refuses this",
         413: "body too large",
         422: "invalid field (named in error.field)",
+        500: "an internal error (code INTERNAL_ERROR, logged as request_crashed)",
     }.items()
 }
 router = APIRouter(prefix="/v1", responses=_REFUSALS)
@@ -341,8 +281,11 @@ def submit_run(body: RunSubmission, owner: Owner, state: State, response: Respon
         raise ApiError(
             422, "REQUEST_INVALID", f"owner: this token submits for {owner!r}; omit owner or send it", "owner"
         )
+    # The fields as sent, not model_dump() (a config nested too deep fails to dump), and
+    # checked before the store is touched; client.submit then validates the config.
+    request = parse_request({"owner": owner, "root_id": body.root_id, "input": body.input, "config": body.config})
     try:
-        submitted = client.submit({**body.model_dump(), "owner": owner}, ctx=state.context())
+        submitted = client.submit(request, ctx=state.context())
     except RootNotFound as exc:  # a field of this request, not the resource addressed
         raise ApiError(422, exc.code, exc.message, "root_id") from None
     response.headers["Location"] = f"/v1/runs/{submitted.run_id}"
@@ -368,6 +311,7 @@ def cancel_run(run_id: UUID, owner: Owner, state: State) -> Cancelled:
 
 @router.post("/runs/{run_id}/deliveries", response_model=DeliveryReceipt, summary="Deliver files for a local read")
 def deliver(run_id: UUID, body: Delivery, owner: Owner, state: State) -> DeliveryReceipt:
+    client.check_delivery(body.tool_call_id, body.files)  # before the store: NUL, surrogates
     ctx = state.context()
     owner_store.check_run_owner(ctx.engine, run_id, owner)
     try:
@@ -379,6 +323,7 @@ def deliver(run_id: UUID, body: Delivery, owner: Owner, state: State) -> Deliver
 
 @router.post("/runs/{run_id}/prerequisites", response_model=DeliveryReceipt, summary="Resolve a prerequisite")
 def resolve(run_id: UUID, body: Prerequisite, owner: Owner, state: State) -> DeliveryReceipt:
+    client.check_prerequisite(body.key, body.value)  # before the store: NaN, 1e400, depth, ...
     ctx = state.context()
     owner_store.check_run_owner(ctx.engine, run_id, owner)
     try:
@@ -431,36 +376,6 @@ async def run_events(
 # --- the app --------------------------------------------------------------------------------
 
 
-async def _on_api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
-    extra = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
-    return error_response(exc.status, exc.code, exc.message, exc.field, **extra)
-
-
-async def _on_aidawork_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, AidaworkError)
-    return await _on_api_error(request, _refusal_of(exc))
-
-
-async def _on_validation_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    return await _on_api_error(request, validation_refusal(list(exc.errors())))
-
-
-async def _on_http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    if isinstance(exc, _BodyTooLarge):
-        return error_response(413, "BODY_TOO_LARGE", exc.detail, "body")
-    code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, f"HTTP_{exc.status_code}")
-    return error_response(exc.status_code, code, str(exc.detail), **(exc.headers or {}))
-
-
-async def _on_database_down(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, OperationalError)
-    log.error("database_unavailable", error=str(exc.orig))
-    return error_response(503, "DATABASE_UNAVAILABLE", "the database cannot be reached; retry later")
-
-
 def create_app(settings: Settings | None = None, context: Callable[[], WorkerContext] | None = None) -> FastAPI:
     """The ASGI app. ``context`` gives the engine and runtime (default: this process's,
     built from the environment on first use)."""
@@ -472,11 +387,7 @@ def create_app(settings: Settings | None = None, context: Callable[[], WorkerCon
     )
     app.state.aidawork = ApiState(settings, TokenTable(settings.api_token_owners), context or get_context)
     app.include_router(router)
-    app.add_exception_handler(ApiError, _on_api_error)
-    app.add_exception_handler(AidaworkError, _on_aidawork_error)
-    app.add_exception_handler(RequestValidationError, _on_validation_error)
-    app.add_exception_handler(HTTPException, _on_http_error)
-    app.add_exception_handler(OperationalError, _on_database_down)
+    api_errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
 
     @app.get("/healthz", include_in_schema=False)

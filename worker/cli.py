@@ -1,6 +1,7 @@
 """``aidawork``: the command line for operators and scripts.
 
-Exit codes: 0 success; 2 bad input (invalid request, unknown run); 1 anything else.
+Exit codes: 0 success; 2 bad input (invalid request, delivery or prerequisite value, unknown
+run), always as one ``aidawork: error:`` line naming the field; 1 anything else.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from uuid import UUID
 import structlog
 from sqlalchemy.exc import OperationalError
 
+from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
 from runtime.errors import AidaworkError, RequestInvalid
 from schema.store.errors import RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused
@@ -114,9 +116,29 @@ def cmd_api(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def parse_json(text: str, what: str) -> Any:
+    """``json.loads``, with each way it can fail as an ``InputError`` naming ``what``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:  # json.loads recurses per level: far deeper than allowed
+        raise InputError(f"{what}: {TOO_DEEP}") from None
+    except ValueError as exc:  # CPython's 4300-digit limit on int conversion
+        reason = TOO_MANY_DIGITS if "digits" in str(exc) else "cannot be parsed as JSON"
+        raise InputError(f"{what}: {reason}") from None
+
+
 def _read_request(source: str) -> Any:
-    text = sys.stdin.read() if source == "-" else Path(source).read_text()
-    return json.loads(text)
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {source}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{source} is not UTF-8 text") from None
+    return parse_json(text, "the request")
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -124,10 +146,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     try:
         raw = _read_request(args.file)
-    except OSError as exc:
-        return _err(f"cannot read {args.file}: {exc.strerror}", EXIT_INPUT)
-    except json.JSONDecodeError as exc:
-        return _err(f"the request is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", EXIT_INPUT)
+    except InputError as exc:
+        return _err(str(exc), EXIT_INPUT)
     if not isinstance(raw, dict):
         return _err("the request must be a JSON object", EXIT_INPUT)
     try:
@@ -229,10 +249,7 @@ def cmd_deliver(args: argparse.Namespace) -> int:
 def cmd_resolve(args: argparse.Namespace) -> int:
     from worker import client
 
-    try:
-        value = json.loads(args.value)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--value is not valid JSON: {exc.msg}") from None
+    value = parse_json(args.value, "--value")
     receipt = client.resolve(args.run_id, args.key, value)
     state = "resolved" if receipt.stored else "already resolved; nothing changed"
     print(f"{args.key}: {state}{'; the run resumes' if receipt.resumes else ''}")
@@ -322,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _err(str(exc), EXIT_INPUT)
     except (RunNotFound, DeliveryRefused) as exc:
         return _err(exc.message, EXIT_INPUT)
+    except RequestInvalid as exc:  # a delivery or prerequisite no store can hold
+        return _err(f"{exc.code}: {exc.message}", EXIT_INPUT)
     except InputError as exc:
         return _err(str(exc), EXIT_INPUT)
     except AidaworkError as exc:

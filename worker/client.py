@@ -1,9 +1,12 @@
 """The Python interface for upstream services: submit a run, read its status, follow its
-events, cancel it. ``submit`` validates through ``prepare_execution`` first, so a bad
-request raises ``RequestInvalid`` and nothing is stored or queued."""
+events, cancel it, deliver what a suspended run waits for. ``submit`` validates through
+``prepare_execution`` first, and ``deliver`` / ``resolve`` through ``check_delivery`` /
+``check_prerequisite`` (the same ``json_problem`` rules), so bad input raises
+``RequestInvalid`` naming the field and nothing is stored or queued."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -11,6 +14,8 @@ from uuid import UUID
 
 import structlog
 
+from runtime.canonical import require_json, text_problem
+from runtime.errors import RequestInvalid
 from runtime.prepare import prepare_execution
 from schema.store import events as event_store
 from schema.store import runs as run_store
@@ -47,10 +52,38 @@ def cancel(run_id: UUID, *, ctx: WorkerContext | None = None) -> bool:
     return cancelled
 
 
+def _check_text(text: object, field: str, *, of: str | None = None) -> None:
+    if not isinstance(text, str):
+        raise RequestInvalid(field, "must be a string")
+    problem = text_problem(text)
+    if problem is not None:
+        # Name the file by an escaped, bounded form of its path: never the raw path.
+        raise RequestInvalid(field, problem if of is None else f"{problem}, in the file {json.dumps(of[:80])}")
+
+
+def check_delivery(tool_call_id: object, files: object) -> None:
+    """``RequestInvalid`` (field ``tool_call_id``, ``files``, ``files[0].path`` or
+    ``files[0].content``, in the order given) for what no store can hold."""
+    _check_text(tool_call_id, "tool_call_id")
+    if not isinstance(files, Mapping):
+        raise RequestInvalid("files", "must be an object {path: text}")
+    for i, (path, content) in enumerate(files.items()):
+        _check_text(path, f"files[{i}].path")
+        _check_text(content, f"files[{i}].content", of=path)
+
+
+def check_prerequisite(key: object, value: object) -> None:
+    """``RequestInvalid`` (field ``key``, or ``value`` and the path inside it) for a key
+    or value that ``json_problem`` refuses."""
+    _check_text(key, "key")
+    require_json(value, "value")
+
+
 def deliver(run_id: UUID, tool_call_id: str, files: Mapping[str, str], *, ctx: WorkerContext | None = None) -> Receipt:
     """Deliver the files a suspended tool call asked for (path -> UTF-8 text). Delivering
     the same files again changes nothing; anything the run is not waiting for is refused
     with ``DeliveryRefused``. When the round has all its inputs, its resume is sent."""
+    check_delivery(tool_call_id, files)
     ctx = ctx or get_context()
     receipt = suspension_store.deliver_local_read(
         ctx.engine, run_id, tool_call_id, dict(files), max_file_bytes=ctx.settings.max_local_read_bytes
@@ -62,6 +95,7 @@ def deliver(run_id: UUID, tool_call_id: str, files: Mapping[str, str], *, ctx: W
 
 def resolve(run_id: UUID, key: str, value: Any, *, ctx: WorkerContext | None = None) -> Receipt:
     """Resolve a prerequisite the run waits for; idempotent like ``deliver``."""
+    check_prerequisite(key, value)
     ctx = ctx or get_context()
     receipt = suspension_store.resolve_prerequisite(ctx.engine, run_id, key, value)
     if receipt.resumes:

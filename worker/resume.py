@@ -12,8 +12,13 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from pydantic import TypeAdapter, ValidationError
+
+from runtime.canonical import require_json
+from runtime.errors import RequestInvalid
 from runtime.messages import ToolCall
 from runtime.outcomes import RoundDigests
+from runtime.prepare import invalid_from
 from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
 from runtime.tools import LocalFile, Suspend, ToolInputs
 from schema.store import runs as run_store
@@ -21,6 +26,21 @@ from schema.store.suspensions import SuspensionMaterial, load_suspension
 from schema.wire import OriginalToolRoundResume
 from worker.bootstrap import WorkerContext
 from worker.round import RoundDisposition, log_refused_claim, run_claimed
+
+_RESUMES = TypeAdapter(list[OriginalToolRoundResume])
+
+
+def parse_resumes(payload: object) -> list[OriginalToolRoundResume]:
+    """The payload of a ``resume_round`` task as resumes, or ``RequestInvalid`` naming the
+    field (``resumes``, ``resumes[0].proof``): whatever the broker delivered, a payload
+    that is not a non-empty list of resumes is refused, never a crash."""
+    require_json(payload, "resumes")
+    if not isinstance(payload, list) or not payload:
+        raise RequestInvalid("resumes", "must be a non-empty list of resumes")
+    try:
+        return _RESUMES.validate_python(payload)
+    except ValidationError as exc:
+        raise invalid_from(exc, "resumes") from None
 
 
 def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -> RoundDisposition:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
 
 import structlog
 from celery import Task
@@ -16,16 +15,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from runtime.errors import ModelUnavailable
+from runtime.errors import ModelUnavailable, RequestInvalid
 from runtime.resume import ResumeRefused
 from schema.store.errors import FenceLost
 from schema.store.tx import backoff_s
-from schema.wire import OriginalToolRoundResume, RoundTask
+from schema.wire import RoundTask
 from worker.app import RECONCILE_TASK, RESUME_ROUND_TASK, RUN_ROUND_TASK, app
 from worker.bootstrap import get_context
 from worker.logging import bind, clear
 from worker.reconcile import reconcile
-from worker.resume import execute_resume
+from worker.resume import execute_resume, parse_resumes
 from worker.round import execute_round
 
 log = structlog.get_logger("aidawork.tasks")
@@ -116,13 +115,18 @@ class ResumeRoundWorker(RunExecutionWorker):
 
     name = RESUME_ROUND_TASK
 
-    def run(self, resumes: list[dict[str, Any]]) -> str:  # type: ignore[override]
+    def run(self, resumes: object) -> str:  # type: ignore[override]
         clear()
-        first = resumes[0] if resumes and isinstance(resumes[0], dict) else {}
-        bind(task_id=self.request.id, run_id=first.get("run_id"), boundary_seq=first.get("boundary_seq"))
-        return self.guarded(
-            lambda: execute_resume(get_context(), [OriginalToolRoundResume.model_validate(r) for r in resumes]).value
-        )
+        bind(task_id=self.request.id)
+        try:
+            parsed = parse_resumes(resumes)
+        except RequestInvalid as exc:
+            # Nothing can make this message valid: acknowledge it, say why, no traceback.
+            log.warning("resume_payload_refused", field=exc.field, reason=exc.reason)
+            clear()
+            return "refused"
+        bind(run_id=str(parsed[0].run_id), boundary_seq=parsed[0].boundary_seq)
+        return self.guarded(lambda: execute_resume(get_context(), parsed).value)
 
 
 app.register_task(ResumeRoundWorker())

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 
 from runtime.canonical import digest
 
-# jsonb cannot store NUL; the project refuses such values before storing (non_json_path).
+# jsonb cannot store NUL; the project refuses such values before storing (json_problem).
 NO_NUL = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
 numbers = st.one_of(
     st.integers(min_value=-(2**80), max_value=2**80),
@@ -39,3 +39,17 @@ def test_digests_survive_a_jsonb_round_trip(engine: Engine) -> None:
             assert digest(stored) == digest(value)
 
         check()
+
+
+def test_values_at_the_depth_and_digit_limits_survive_jsonb_with_the_same_digest(engine: Engine) -> None:
+    from runtime.canonical import MAX_INT_DIGITS, MAX_RESULT_DEPTH, json_problem
+
+    big = 10**MAX_INT_DIGITS - 1
+    value: Any = {"n": [big, -big], "s": "é"}
+    for level in range(MAX_RESULT_DEPTH - 2):
+        value = {"k": value} if level % 2 else [value]
+    assert json_problem(value, max_depth=MAX_RESULT_DEPTH) is None
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT CAST(:v AS jsonb)"), {"v": json.dumps(value)}).scalar_one()
+    assert stored == value
+    assert digest(stored) == digest(value)

@@ -1,0 +1,88 @@
+"""A ``resume_round`` task whose payload is not a list of resumes (a number, an object,
+null, NaN inside, too deep, a list of junk), sent to a real worker through the real
+broker: each is refused with one structured ``resume_payload_refused`` WARNING naming
+the field, no traceback, the message acknowledged, nothing stored, and the worker goes on
+running rounds."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from uuid import uuid4
+
+import redis
+
+from tests.conftest import BROKER_URL, Cluster, scripted_request, wait_until
+from tests.db.test_resume_refusals import assert_unchanged, snapshot
+from tests.e2e.helpers import events, wait_ready, wait_terminal
+from worker import client
+from worker.app import RESUME_ROUND_TASK, ROUNDS_QUEUE, app
+
+RESUME = {
+    "run_id": str(uuid4()),
+    "invocation_id": "inv",
+    "boundary_seq": 0,
+    "tool_call_id": "call_0_0",
+    "tool_domain": "local",
+    "args_digest": "d",
+    "work_owner": "team-a",
+    "claim_fence": 1,
+    "round_proof": "p",
+    "proof": "q",
+}
+
+
+def nested(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+# payload -> the field its refusal names
+PAYLOADS: list[tuple[Any, str]] = [
+    (5, "resumes"),
+    ({}, "resumes"),
+    (None, "resumes"),
+    ({"run_id": RESUME["run_id"]}, "resumes"),
+    ([], "resumes"),
+    ([5], "resumes[0]"),
+    ([{"bogus": 1}], "resumes[0].run_id"),
+    ([{**RESUME, "proof": math.nan}], "resumes[0].proof"),
+    (nested(500), "resumes" + "[0]" * 64),
+]
+
+
+def test_a_malformed_resume_payload_is_refused_logged_once_and_acknowledged(cluster: Cluster, ctx) -> None:
+    broker = redis.Redis.from_url(BROKER_URL)
+    cluster.start_worker("w1", concurrency=2)
+    wait_ready(cluster, "w1")
+    before = snapshot(ctx)
+
+    for payload, _ in PAYLOADS:
+        app.send_task(RESUME_ROUND_TASK, args=[payload], queue=ROUNDS_QUEUE)
+
+    refused = wait_until(
+        lambda: (lines := events(cluster, "w1", "resume_payload_refused")) and len(lines) >= len(PAYLOADS) and lines,
+        timeout_s=60,
+        what="every malformed payload to be refused",
+    )
+    assert sorted(line["field"] for line in refused) == sorted(field for _, field in PAYLOADS)
+    assert {line["level"] for line in refused} == {"warning"}
+    assert all(line["reason"] and line["task_id"] for line in refused)
+    # Acknowledged: nothing waits in the queue, nothing is held unacknowledged.
+    wait_until(
+        lambda: broker.llen(ROUNDS_QUEUE) == 0 and broker.hlen("unacked") == 0,
+        timeout_s=30,
+        what="the refused messages to be acknowledged",
+    )
+    assert_unchanged(ctx, before, "malformed resume payloads")
+
+    # The worker is unharmed: a run sent now completes on it.
+    submitted = client.submit(
+        scripted_request([{"tool_calls": [{"name": "add", "args": {"a": 1, "b": 2}}]}, {"content": "3"}]), ctx=ctx
+    )
+    assert wait_terminal(ctx.engine, submitted.run_id)["status"] == "completed"
+    log = (cluster.log_dir / "w1.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+    assert not events(cluster, "w1", "round_crashed") and not events(cluster, "w1", "round_dropped")

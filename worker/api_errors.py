@@ -1,0 +1,214 @@
+"""Every answer of the HTTP API that is not a success, decided here: the JSON error body
+``{"error": {"code", "message", "field"}}``, the status of each expected error, and the
+last word on an unexpected one (a JSON 500 and one ``request_crashed`` log line).
+
+No error text quotes what the client sent: a field path is ASCII-safe
+(``runtime.canonical.join_path``), and a crash is logged by the exception's type and the
+line that raised it, never its message (a database error's message can quote the data).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
+from runtime.errors import AidaworkError, RequestInvalid
+from runtime.prepare import format_loc
+from schema.store.errors import RootNotFound, RunNotFound
+from schema.store.suspensions import DeliveryRefused
+
+log = structlog.get_logger("aidawork.api")
+INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+class ApiError(Exception):
+    """A refusal with its HTTP status; rendered as ``{"error": {...}}``."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def _encodable(text: str) -> str:
+    # An unpaired surrogate (say, from a pydantic message quoting a key) cannot be sent
+    # as UTF-8: escape it rather than fail the error response itself.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None, **headers: str) -> JSONResponse:
+    detail = ErrorDetail(code=code, message=_encodable(message), field=None if field is None else _encodable(field))
+    return JSONResponse(ErrorBody(error=detail).model_dump(), status_code=status, headers=headers or None)
+
+
+def validation_refusal(errors: list[Any]) -> ApiError:
+    """The first pydantic/FastAPI error as a refusal naming its field (``config.tools[1]``,
+    ``run_id``); malformed JSON is a 400, anything else a 422."""
+    err = errors[0]
+    where, *loc = list(err["loc"]) or ["body"]
+    if err["type"] == "json_invalid":
+        detail = err.get("ctx", {}).get("error", "JSON decode error")
+        return ApiError(400, "BODY_INVALID", f"the body is not valid JSON: {detail} (at character {loc[0]})", "body")
+    field = format_loc(loc) if loc else str(where)
+    if where == "body" and not loc:
+        return ApiError(422, "REQUEST_INVALID", f"body: {err['msg']} (send a JSON object)", "body")
+    return ApiError(422, "REQUEST_INVALID", f"{field}: {err['msg']}", field)
+
+
+# The status of each expected error raised by the store or the client.
+STATUS_OF: Mapping[type[AidaworkError], tuple[int, str | None]] = {
+    RequestInvalid: (422, None),  # field from the error itself
+    RunNotFound: (404, "run_id"),
+    RootNotFound: (404, "root_id"),
+    DeliveryRefused: (409, None),
+}
+
+
+def refusal_of(exc: AidaworkError) -> ApiError:
+    for cls, (status, field) in STATUS_OF.items():
+        if isinstance(exc, cls):
+            return ApiError(status, exc.code, exc.message, exc.field if isinstance(exc, RequestInvalid) else field)
+    # Not a refusal of the request: a dependency is unavailable (retryable) or a bug.
+    log.error("request_failed", code=exc.code, error=exc.message)
+    return ApiError(503 if exc.retryable else 500, exc.code, exc.message)
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the body is larger than {limit} bytes (AIDAWORK_API_MAX_BODY_BYTES)")
+
+
+def body_parse_refusal(exc: HTTPException) -> ApiError | None:
+    """What FastAPI's "There was an error parsing the body" (a 400 raised from the
+    exception ``json.loads`` gave, other than a syntax error) was about."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or cause is None:
+        return None
+    if isinstance(cause, RecursionError):  # json.loads recurses per level: far past the limit
+        return ApiError(422, RequestInvalid.code, f"body: {TOO_DEEP}", "body")
+    if isinstance(cause, UnicodeDecodeError):
+        return ApiError(400, "BODY_INVALID", "the body is not UTF-8 JSON", "body")
+    if isinstance(cause, ValueError) and "digits" in str(cause):  # CPython's 4300-digit int limit
+        return ApiError(422, RequestInvalid.code, f"body: {TOO_MANY_DIGITS}", "body")
+    return None
+
+
+# --- handlers -----------------------------------------------------------------------------
+
+
+async def _on_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    extra = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    return error_response(exc.status, exc.code, exc.message, exc.field, **extra)
+
+
+async def _on_aidawork_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, AidaworkError)
+    return await _on_api_error(request, refusal_of(exc))
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return await _on_api_error(request, validation_refusal(list(exc.errors())))
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if isinstance(exc, BodyTooLarge):
+        return error_response(413, "BODY_TOO_LARGE", exc.detail, "body")
+    parse_refusal = body_parse_refusal(exc)
+    if parse_refusal is not None:
+        return await _on_api_error(request, parse_refusal)
+    code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, f"HTTP_{exc.status_code}")
+    return error_response(exc.status_code, code, str(exc.detail), **(exc.headers or {}))
+
+
+async def _on_database_down(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, OperationalError)
+    log.error("database_unavailable", error=str(exc.orig))
+    return error_response(503, "DATABASE_UNAVAILABLE", "the database cannot be reached; retry later")
+
+
+_PROJECT = Path(__file__).resolve().parent.parent
+
+
+def raised_at(exc: BaseException) -> str:
+    """``worker/client.py:71 in resolve``: the innermost frame of this project's code in
+    the exception's traceback (else the innermost frame)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown"
+    ours = [f for f in frames if Path(f.filename).resolve().is_relative_to(_PROJECT)]
+    frame = (ours or frames)[-1]
+    where = Path(frame.filename).resolve()
+    shown = where.relative_to(_PROJECT) if where.is_relative_to(_PROJECT) else where.name
+    return f"{shown}:{frame.lineno} in {frame.name}"
+
+
+class CatchAll:
+    """The last word on an exception no handler took: one ``request_crashed`` log line
+    (error type and where it was raised, never the message) and a JSON 500 ``INTERNAL_ERROR``
+    (or, when the response had already started, the end of it). Nothing is re-raised, so
+    no server prints a traceback."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            log.error(
+                "request_crashed",
+                method=scope["method"],
+                path=scope["path"],
+                error=type(exc).__name__,
+                raised_at=raised_at(exc),
+                response_started=started,
+            )
+            if not started:
+                message = "the server failed to answer this request; the failure was logged (request_crashed)"
+                await error_response(500, INTERNAL_ERROR, message)(scope, receive, send)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers and the catch-all (innermost middleware: anything outside it,
+    such as the request log, sees the 500)."""
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(AidaworkError, _on_aidawork_error)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(HTTPException, _on_http_error)
+    app.add_exception_handler(OperationalError, _on_database_down)
+    app.add_middleware(CatchAll)

@@ -34,6 +34,7 @@ from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
+from schema.store.bodies import without_result
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.store.rounds import RoundRecord
 from schema.store.runs import Claim
@@ -350,9 +351,15 @@ def _record(ctx: WorkerContext, claim: Claim, result: RoundResult) -> RoundRecor
         proof=result.projection.proof if result.projection else None,
         resumed=result.resumed,
         messages=[
-            {"position": m.position, "body": m.message.to_json(), "chain_digest": m.chain_digest}
+            {"position": m.position, "body": _stored_body(m.message.to_json()), "chain_digest": m.chain_digest}
             for m in result.new_messages
         ],
         tools=tools,
         events=[{"kind": e.kind, "data": e.data} for e in result.events],
     )
+
+
+def _stored_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A tool message is stored without its result: the result is stored once, in the
+    call's tool_invocations row (schema.store.bodies)."""
+    return without_result(body) if body.get("role") == "tool" else body

@@ -23,6 +23,7 @@ from runtime.rebuild import (
     plan_reservation,
     verify_prepared_prefix,
 )
+from schema.store.bodies import message_body_sql
 from schema.store.errors import FenceLost
 from schema.store.tx import run_transaction
 
@@ -114,8 +115,8 @@ def load_context_sources(engine: Engine, root_id: UUID, from_position: int) -> l
 def _sources(conn: Connection, root_id: UUID, from_position: int) -> list[SourceMessage]:
     rows = conn.execute(
         text(
-            "SELECT id, position, run_id, body FROM messages WHERE root_id = :root AND position >= :start "
-            "ORDER BY position"
+            f"SELECT m.id, m.position, m.run_id, {message_body_sql()} AS body FROM messages AS m "
+            "WHERE m.root_id = :root AND m.position >= :start ORDER BY m.position"
         ),
         {"root": root_id, "start": from_position},
     )

@@ -15,6 +15,7 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine, TextClause, text
 
+from schema.store.bodies import message_body_sql
 from schema.store.errors import FenceLost, RootNotFound, RunNotFound
 from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
@@ -62,7 +63,8 @@ WITH claimed AS (
     CASE WHEN :cold THEN config END AS config
 )
 SELECT claimed.*,
-  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, m.body, {_DURABLE_READS}) ORDER BY m.position),
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, {message_body_sql()}, {_DURABLE_READS})
+                            ORDER BY m.position),
                    CAST('[]' AS jsonb))
    FROM messages AS m
    WHERE m.root_id = claimed.root_id
@@ -189,7 +191,7 @@ def load_messages(engine: Engine, root_id: UUID, from_position: int) -> list[tup
     with engine.connect() as conn:
         rows = conn.execute(
             text(
-                f"SELECT m.position, m.body, {_DURABLE_READS} AS reads FROM messages AS m "
+                f"SELECT m.position, {message_body_sql()} AS body, {_DURABLE_READS} AS reads FROM messages AS m "
                 "WHERE m.root_id = :root AND m.position >= :start ORDER BY m.position"
             ),
             {"root": root_id, "start": from_position},

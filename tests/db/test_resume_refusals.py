@@ -27,6 +27,7 @@ from runtime.loop import drive_react_loop
 from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection, ProjectionRefused, ProofAuthority
 from runtime.resume import CHECKED_FIELDS, ResumeRefused
 from schema.store import runs as run_store
+from schema.store.bodies import message_body_sql
 from schema.store.suspensions import DeliveryRefused, pending_resumes
 from schema.wire import OriginalToolRoundResume, RoundTask, RunStatus
 from tests.conftest import rows, scripted_request
@@ -65,6 +66,8 @@ READ_AND_COUNT = [
 BODY_A = "alpha body: the quick brown fox"
 BODY_B = "beta body\nsecond line"
 POEM = "one two three\nfour five\n"
+
+BODY = message_body_sql()  # a tool message's output is stored once, in tool_invocations
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -380,7 +383,9 @@ def test_concurrent_deliveries_of_one_resume_commit_it_exactly_once(ctx) -> None
     assert sorted(outcomes).count("committed") == 1, outcomes
     assert all(o == "committed" or replayed(o) for o in outcomes), outcomes
     assert len(events_of(ctx, run_id, "round_resumed")) == 1
-    tool_messages = rows(ctx.engine, "SELECT body FROM messages WHERE run_id = :id AND role = 'tool'", id=run_id)
+    tool_messages = rows(
+        ctx.engine, f"SELECT {BODY} AS body FROM messages AS m WHERE run_id = :id AND role = 'tool'", id=run_id
+    )
     assert sorted(m["body"]["tool_call_id"] for m in tool_messages) == ["call_0_0", "call_0_1"]
 
 

@@ -19,6 +19,7 @@ from runtime.config import MAX_TOOL_OUTPUT_BYTES
 from runtime.context import context_chain, slim_tool_results_for_next_round
 from runtime.loop import MAX_ROUNDS_EXCEEDED
 from runtime.messages import Message
+from schema.store.bodies import message_body_sql
 from tests.conftest import Cluster, rows, scripted_request
 from tests.e2e.helpers import events, model_calls, round_rows, wait_ready, wait_terminal
 from worker import client
@@ -27,6 +28,8 @@ ECHO_ARGS = {"q": "same again", "n": 2}
 ECHO_TURN = {"tool_calls": [{"name": "echo", "args": ECHO_ARGS}]}
 LOCAL_ECHO_TURN = {"tool_calls": [{"name": "local_echo", "args": ECHO_ARGS}]}
 WAIT_S = 30.0
+
+BODY = message_body_sql()  # a tool message's output is stored once, in tool_invocations
 
 
 def _request(turns: list[dict[str, Any]], *, tools: list[str], max_rounds: int = 50,
@@ -180,8 +183,8 @@ def test_a_one_megabyte_tool_output_is_stored_whole_and_slimmed_in_the_next_mode
     }
     messages = rows(
         ctx.engine,
-        "SELECT position, boundary_seq, body, chain_digest, octet_length(body->'result'->>'text') AS n "
-        "FROM messages WHERE root_id = :root ORDER BY position",
+        f"SELECT position, boundary_seq, {BODY} AS body, chain_digest, octet_length({BODY}->'result'->>'text') AS n "
+        "FROM messages AS m WHERE root_id = :root ORDER BY position",
         root=submitted.root_id,
     )
     assert [(m["position"], m["boundary_seq"], m["body"]["role"]) for m in messages] == [
@@ -240,8 +243,8 @@ def test_round_digests_match_the_stored_bodies_when_a_tool_result_holds_a_large_
     run = wait_terminal(ctx.engine, submitted.run_id, timeout_s=WAIT_S)
     assert run["status"] == "completed", run
 
-    messages = rows(ctx.engine, "SELECT position, body, chain_digest FROM messages WHERE root_id = :root "
-                                "ORDER BY position", root=submitted.root_id)
+    messages = rows(ctx.engine, f"SELECT position, {BODY} AS body, chain_digest FROM messages AS m "
+                                "WHERE root_id = :root ORDER BY position", root=submitted.root_id)
     assert len(messages) == 6
     context = [slim_tool_results_for_next_round(Message.from_json(m["body"]), MAX_TOOL_OUTPUT_BYTES)
                for m in messages]

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 from runtime.messages import Message
+from schema.store.bodies import message_body_sql
 from tests.conftest import Cluster, rows, scripted_request, wait_until
 from tests.e2e.helpers import events, model_calls, run_row, wait_terminal
 from worker import client
+
+BODY = message_body_sql()  # a tool message's output is stored once, in tool_invocations
 
 
 def test_runs_of_one_root_execute_one_at_a_time_in_submission_order(cluster: Cluster, ctx) -> None:
@@ -38,7 +41,7 @@ def test_runs_of_one_root_execute_one_at_a_time_in_submission_order(cluster: Clu
     # One conversation: run 2's messages continue run 1's positions in the Root.
     messages = rows(
         ctx.engine,
-        "SELECT position, run_id, role, body FROM messages WHERE root_id = :root ORDER BY position",
+        f"SELECT position, run_id, role, {BODY} AS body FROM messages AS m WHERE root_id = :root ORDER BY position",
         root=first.root_id,
     )
     assert [(m["position"], m["run_id"], m["role"]) for m in messages] == [

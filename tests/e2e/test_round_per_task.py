@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from schema.store.bodies import message_body_sql
 from tests.conftest import Cluster, rows, scripted_request
 from tests.e2e.helpers import events, round_rows, wait_ready, wait_terminal
 from worker import client
@@ -17,6 +18,8 @@ TOOL_RESULTS = [
     [{"sum": 12.0}, {"x": [1, 2]}],
     [{"slept_s": 0}],
 ]
+
+BODY = message_body_sql()  # a tool message's output is stored once, in tool_invocations
 
 
 def expected_transcript() -> list[dict]:
@@ -67,7 +70,8 @@ def test_five_round_run_executes_one_task_per_round_across_two_workers(cluster: 
     # The stored transcript is exactly the script, in order, gapless from position 0.
     messages = rows(
         ctx.engine,
-        "SELECT position, role, boundary_seq, body FROM messages WHERE root_id = :root ORDER BY position",
+        f"SELECT position, role, boundary_seq, {BODY} AS body FROM messages AS m "
+        "WHERE root_id = :root ORDER BY position",
         root=submitted.root_id,
     )
     assert [m["position"] for m in messages] == list(range(len(messages)))

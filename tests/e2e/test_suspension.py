@@ -17,6 +17,7 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
+from schema.store.bodies import message_body_sql
 from tests.conftest import BROKER_URL, REPO, Cluster, rows, scripted_request, wait_until
 from tests.e2e.helpers import (
     calls_per_boundary,
@@ -32,6 +33,8 @@ from worker import client
 from worker.failpoints import EXIT_CODE
 
 WAIT_S = 30.0
+
+BODY = message_body_sql()  # a tool message's output is stored once, in tool_invocations
 
 
 def wait_suspended(engine: Engine, run_id: UUID, boundary_seq: int = 0) -> dict[str, Any]:
@@ -57,7 +60,7 @@ def tool_rows(engine: Engine, run_id: UUID, tool_call_id: str) -> list[dict[str,
 def tool_messages(engine: Engine, run_id: UUID, tool_call_id: str) -> list[dict[str, Any]]:
     return rows(
         engine,
-        "SELECT body FROM messages WHERE run_id = :id AND role = 'tool' AND body->>'tool_call_id' = :c",
+        f"SELECT {BODY} AS body FROM messages AS m WHERE run_id = :id AND role = 'tool' AND body->>'tool_call_id' = :c",
         id=run_id,
         c=tool_call_id,
     )

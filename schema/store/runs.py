@@ -428,18 +428,21 @@ def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> lis
 # --- reading --------------------------------------------------------------------------------
 
 
-def get_run_view(engine: Engine, run_id: UUID) -> RunView:
+_RUN_VIEW_SQL = (
+    "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
+    "(SELECT count(*) FROM model_calls mc WHERE mc.run_id = r.id) AS model_calls, "
+    "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, "
+    "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
+    "FROM runs r WHERE r.id = :run_id"
+)
+_RUN_VIEWS = {False: text(_RUN_VIEW_SQL), True: text(_RUN_VIEW_SQL + " AND r.owner = :owner")}
+
+
+def get_run_view(engine: Engine, run_id: UUID, *, owner: str | None = None) -> RunView:
+    """The run's view; with ``owner``, a run of another owner is not found, by the same
+    query that finds nothing for a missing id."""
     with engine.connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
-                "(SELECT count(*) FROM model_calls mc WHERE mc.run_id = r.id) AS model_calls, "
-                "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, "
-                "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
-                "FROM runs r WHERE r.id = :run_id"
-            ),
-            {"run_id": run_id},
-        ).one_or_none()
+        row = conn.execute(_RUN_VIEWS[owner is not None], {"run_id": run_id, "owner": owner}).one_or_none()
         if row is None:
             raise RunNotFound(run_id)
         waiting = waiting_for(conn, run_id) if row.status in ("suspended", "running") else []

@@ -5,7 +5,10 @@
   to an owner. The owner of a submitted run is the token's owner; a token sees only its
   owner's runs and Roots, and anything else is reported as not found (404, never 403),
   so a caller cannot learn that another owner's run exists.
-- Bodies above AIDAWORK_API_MAX_BODY_BYTES are refused with 413 before they are parsed.
+- Bodies above AIDAWORK_API_MAX_BODY_BYTES are refused with 413 before they are parsed;
+  a body that arrives too slowly (AIDAWORK_API_BODY_TIMEOUT_S, _MIN_BYTES_PER_S) gets 408
+  and its connection is closed. Header deadlines and the connection cap are in
+  ``worker.http_server``.
 - Every refusal is ``{"error": {"code", "message", "field"}}``; a refused request
   stores nothing (validation runs before the store's single transaction). JSON values
   are checked by ``runtime.canonical.json_problem`` (NaN, Infinity, NUL, unpaired
@@ -13,38 +16,43 @@
   ``INTERNAL_ERROR`` and one ``request_crashed`` log line (``worker.api_errors``).
 - ``GET /v1/runs/{id}/events`` follows the durable ``run_events`` table: ``id`` is the
   event's seq, so a client that reconnects with ``Last-Event-ID`` gets exactly the
-  events after it, in order. The stream ends after the run's terminal event.
+  events after it, in order. The stream ends after the run's terminal event. Streams
+  are fed by one poller per process (``worker.events``), at most
+  AIDAWORK_API_MAX_STREAMS_PER_TOKEN open per token (429 past it).
+- No redirects (a trailing slash is a 404, not a redirect built from ``Host``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Annotated, Any
 from uuid import UUID
 
-import anyio
 import structlog
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.prepare import parse_request
 from schema.store import owners as owner_store
-from schema.store.errors import RootNotFound, RunNotFound
+from schema.store.errors import RootNotFound
+from schema.store.owners import TailKey
 from schema.store.suspensions import DeliveryRefused
-from schema.wire import TERMINAL_EVENTS, RootRunView, RunEvent, RunView
+from schema.wire import RootRunView, RunView
 from worker import api_errors, client
-from worker.api_errors import ApiError, BodyTooLarge, ErrorBody, error_response
+from worker.api_errors import ApiError, ErrorBody, error_response
 from worker.api_errors import validation_refusal as validation_refusal  # re-exported
 from worker.bootstrap import WorkerContext, get_context
+from worker.events import EventHub, EventStreamResponse, StreamSlots
+from worker.events import format_sse as format_sse  # re-exported: part of the API's wire format
+from worker.request_limits import BodyLimit
 from worker.settings import Settings, get_settings
 
 log = structlog.get_logger("aidawork.api")
@@ -123,6 +131,16 @@ class ApiState:
     settings: Settings
     tokens: TokenTable
     context: Callable[[], WorkerContext]
+    hub: EventHub = dataclass_field(init=False)
+    slots: StreamSlots = dataclass_field(init=False)
+
+    def __post_init__(self) -> None:
+        # The hub's reads go through the owner-scoped store query, in a worker thread.
+        self.hub = EventHub(
+            lambda keys: owner_store.read_event_tails(self.context().engine, keys),
+            poll_s=self.settings.api_events_poll_s,
+        )
+        self.slots = StreamSlots(self.settings.api_max_streams_per_token)
 
 
 async def _state(request: Request) -> ApiState:
@@ -150,70 +168,7 @@ Owner = Annotated[str, Depends(_owner)]
 # request never touches the database.
 State = Annotated[ApiState, Depends(_state)]
 
-# --- request size ---------------------------------------------------------------------------
-
-
-class BodyLimit:
-    """Refuses a body over ``max_bytes`` before anything parses it: at once when the
-    Content-Length says so, else as soon as the bytes received pass the limit (chunked
-    uploads). Also logs one ``request_served`` line per request."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started_at, status = time.monotonic(), [0]
-
-        async def logged_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self._limited(scope, receive, logged_send)
-        finally:
-            log.info(
-                "request_served",
-                method=scope["method"],
-                path=scope["path"],
-                status=status[0],
-                duration_ms=round((time.monotonic() - started_at) * 1000, 1),
-            )
-
-    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            refused = BodyTooLarge(self.max_bytes)
-            await error_response(413, "BODY_TOO_LARGE", refused.detail, "body")(scope, receive, send)
-            return
-        received = 0
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    # An HTTPException passes through FastAPI's body reading unchanged.
-                    raise BodyTooLarge(self.max_bytes)
-            return message
-
-        await self.app(scope, limited_receive, send)
-
-
 # --- server-sent events ---------------------------------------------------------------------
-
-
-def format_sse(event: RunEvent) -> str:
-    """One SSE message. The JSON has no raw newlines (they are escaped inside strings),
-    so ``data`` is a single line."""
-    return f"id: {event.seq}\nevent: {event.kind.value}\ndata: {event.model_dump_json()}\n\n"
-
-
-KEEPALIVE = ": keepalive\n\n"
 
 
 _SEQ = re.compile(r"[0-9]{1,9}")  # ASCII digits only; seq is a 32-bit column
@@ -229,35 +184,6 @@ def parse_last_event_id(raw: str | None) -> int:
     return int(raw.strip())
 
 
-async def event_stream(
-    request: Request, ctx: WorkerContext, run_id: UUID, after_seq: int, *, poll_s: float, keepalive_s: float
-) -> AsyncIterator[str]:
-    """The run's events after ``after_seq`` until its terminal event. Polls the durable
-    table (events from every worker land there); the database work runs in a thread."""
-    quiet_s = 0.0
-    while True:
-        try:
-            tail = await run_in_threadpool(owner_store.read_event_tail, ctx.engine, run_id, after_seq=after_seq)
-        except OperationalError as exc:  # the client reconnects with Last-Event-ID
-            log.warning("event_stream_interrupted", run_id=str(run_id), error=str(exc.orig))
-            return
-        for event in tail.events:
-            yield format_sse(event)
-            after_seq = event.seq
-            if event.kind in TERMINAL_EVENTS:
-                return
-        if tail.events:
-            quiet_s = 0.0
-            continue
-        if tail.ended or await request.is_disconnected():
-            return  # ended: its terminal event was at or before the client's Last-Event-ID
-        await anyio.sleep(poll_s)
-        quiet_s += poll_s
-        if quiet_s >= keepalive_s:
-            quiet_s = 0.0
-            yield KEEPALIVE
-
-
 # --- endpoints ------------------------------------------------------------------------------
 
 _REFUSALS: dict[int | str, dict[str, Any]] = {
@@ -266,6 +192,7 @@ _REFUSALS: dict[int | str, dict[str, Any]] = {
         400: "malformed JSON or header",
         401: "missing or invalid bearer token",
         404: "no such run or Root for this token's owner",
+        408: "the body arrived too slowly",
         409: "the run's state refuses this",
         413: "body too large",
         422: "invalid field (named in error.field)",
@@ -294,10 +221,7 @@ def submit_run(body: RunSubmission, owner: Owner, state: State, response: Respon
 
 @router.get("/runs/{run_id}", response_model=RunView, summary="A run's status")
 def get_run(run_id: UUID, owner: Owner, state: State) -> RunView:
-    view = client.status(run_id, ctx=state.context())
-    if view.owner != owner:
-        raise RunNotFound(run_id)
-    return view
+    return client.status(run_id, owner=owner, ctx=state.context())
 
 
 @router.post("/runs/{run_id}/cancel", response_model=Cancelled, summary="Cancel a run that has not ended")
@@ -349,28 +273,43 @@ def root_runs(
     "/runs/{run_id}/events",
     summary="The run's events as server-sent events",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "id: seq, event: kind, data: JSON"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "id: seq, event: kind, data: JSON"},
+        429: {"model": ErrorBody, "description": "this token has AIDAWORK_API_MAX_STREAMS_PER_TOKEN streams open"},
+    },
 )
 async def run_events(
     run_id: UUID,
     request: Request,
     owner: Owner,
     state: State,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", description="resume after this seq")] = None,
 ) -> StreamingResponse:
     after_seq = parse_last_event_id(last_event_id)
-    ctx = state.context()
-    await run_in_threadpool(owner_store.check_run_owner, ctx.engine, run_id, owner)
-    stream = event_stream(
-        request,
-        ctx,
-        run_id,
-        after_seq,
-        poll_s=state.settings.api_events_poll_s,
+    assert credentials is not None  # Owner has refused a request without a valid token
+    token_digest = _digest(credentials.credentials)
+    if not state.slots.acquire(token_digest):
+        limit = state.slots.limit
+        raise ApiError(
+            429,
+            "TOO_MANY_STREAMS",
+            f"this token has {limit} event streams open, the most allowed (AIDAWORK_API_MAX_STREAMS_PER_TOKEN); "
+            "close one first",
+        )
+    try:
+        await run_in_threadpool(owner_store.check_run_owner, state.context().engine, run_id, owner)
+        sub = state.hub.subscribe(TailKey(run_id, owner, after_seq))
+    except BaseException:
+        state.slots.release(token_digest)
+        raise
+    return EventStreamResponse(
+        state.hub,
+        sub,
+        release=lambda: state.slots.release(token_digest),
         keepalive_s=state.settings.api_keepalive_s,
+        disconnected=request.is_disconnected,
     )
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
 
 # --- the app --------------------------------------------------------------------------------
@@ -380,15 +319,35 @@ def create_app(settings: Settings | None = None, context: Callable[[], WorkerCon
     """The ASGI app. ``context`` gives the engine and runtime (default: this process's,
     built from the environment on first use)."""
     settings = settings or get_settings()
+    state = ApiState(settings, TokenTable(settings.api_token_owners), context or get_context)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await state.hub.close()
+
+    docs = settings.api_docs
     app = FastAPI(
         title="AIDAWORK",
         version="1",
         summary="Durable LLM agent runs: submit, follow, deliver inputs, cancel.",
+        # A redirect would be built from the client's Host header; a wrong path is a 404.
+        redirect_slashes=False,
+        openapi_url="/openapi.json" if docs else None,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        lifespan=lifespan,
     )
-    app.state.aidawork = ApiState(settings, TokenTable(settings.api_token_owners), context or get_context)
+    app.state.aidawork = state
     app.include_router(router)
     api_errors.install(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.api_max_body_bytes,
+        timeout_s=settings.api_body_timeout_s,
+        min_bytes_per_s=settings.api_body_min_bytes_per_s,
+        refuse=error_response,
+    )
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:

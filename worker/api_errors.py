@@ -28,6 +28,7 @@ from runtime.errors import AidaworkError, RequestInvalid
 from runtime.prepare import format_loc
 from schema.store.errors import RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused
+from worker.request_limits import BodyRefused
 
 log = structlog.get_logger("aidawork.api")
 INTERNAL_ERROR = "INTERNAL_ERROR"
@@ -94,11 +95,6 @@ def refusal_of(exc: AidaworkError) -> ApiError:
     return ApiError(503 if exc.retryable else 500, exc.code, exc.message)
 
 
-class BodyTooLarge(HTTPException):
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"the body is larger than {limit} bytes (AIDAWORK_API_MAX_BODY_BYTES)")
-
-
 def body_parse_refusal(exc: HTTPException) -> ApiError | None:
     """What FastAPI's "There was an error parsing the body" (a 400 raised from the
     exception ``json.loads`` gave, other than a syntax error) was about."""
@@ -135,8 +131,8 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    if isinstance(exc, BodyTooLarge):
-        return error_response(413, "BODY_TOO_LARGE", exc.detail, "body")
+    if isinstance(exc, BodyRefused):  # too large, or too slow (worker.request_limits)
+        return error_response(exc.status_code, exc.code, exc.detail, "body", **(exc.headers or {}))
     parse_refusal = body_parse_refusal(exc)
     if parse_refusal is not None:
         return await _on_api_error(request, parse_refusal)

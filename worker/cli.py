@@ -96,23 +96,13 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
 
 def cmd_api(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from worker.api import create_app
+    from worker.http_server import serve
 
     settings = get_settings()
     if not settings.api_token_owners:
         return _err("AIDAWORK_API_TOKENS is not set: give it a JSON object {token: owner}", EXIT_INPUT)
-    # Open event streams end at most this long after a SIGTERM; clients reconnect with
-    # Last-Event-ID. uvicorn's access log is replaced by the JSON request_served lines.
-    uvicorn.run(
-        create_app(settings),
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    serve(create_app(settings), settings, host=args.host, port=args.port)
     return EXIT_OK
 
 

@@ -40,8 +40,9 @@ def submit(request: Mapping[str, Any] | RunRequest, *, ctx: WorkerContext | None
     return submitted
 
 
-def status(run_id: UUID, *, ctx: WorkerContext | None = None) -> RunView:
-    return run_store.get_run_view((ctx or get_context()).engine, run_id)
+def status(run_id: UUID, *, owner: str | None = None, ctx: WorkerContext | None = None) -> RunView:
+    """The run's view; with ``owner``, another owner's run is ``RunNotFound``."""
+    return run_store.get_run_view((ctx or get_context()).engine, run_id, owner=owner)
 
 
 def cancel(run_id: UUID, *, ctx: WorkerContext | None = None) -> bool:

@@ -355,7 +355,10 @@ def _record(ctx: WorkerContext, claim: Claim, result: RoundResult) -> RoundRecor
             for m in result.new_messages
         ],
         tools=tools,
-        events=[{"kind": e.kind, "data": e.data} for e in result.events],
+        events=[
+            {"kind": e.kind, "data": without_result(e.data) if e.kind == "tool_completed" else e.data}
+            for e in result.events
+        ],
     )
 
 

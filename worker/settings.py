@@ -118,11 +118,27 @@ class Settings(BaseSettings):
     api_tokens: SecretStr | None = None
     # Request bodies above this are refused with 413 before they are parsed.
     api_max_body_bytes: int = Field(default=2 * 1_048_576, ge=1024, le=256 * 1_048_576)
-    # How often an event stream polls run_events while the run is quiet.
+    # How often the API process's one poller reads run_events for all its open streams.
     api_events_poll_s: float = Field(default=0.25, gt=0, le=60)
     # A comment line on an idle event stream this often, so proxies keep it open and a
     # closed connection is noticed.
     api_keepalive_s: float = Field(default=15.0, gt=0, le=3600)
+    # Slow clients: a connection whose request headers have not all arrived this long
+    # after it opened (or after its previous response) is closed, so a client that
+    # dribbles headers cannot hold a connection slot.
+    api_header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    # A request body must arrive within body_timeout_s plus one second per
+    # body_min_bytes_per_s received; else 408 and the connection is closed. The default
+    # lets a full 2 MiB body take 42 s and refuses a trickle of a few bytes after 10 s.
+    api_body_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    api_body_min_bytes_per_s: int = Field(default=65_536, ge=1, le=1 << 30)
+    # Connections served at once by one API process; a request on a further connection
+    # gets 503 and that connection is closed.
+    api_max_connections: int = Field(default=1000, ge=1, le=1_000_000)
+    # Open event streams per token; one more gets 429 until one of them ends.
+    api_max_streams_per_token: int = Field(default=8, ge=1, le=100_000)
+    # Serve /docs, /redoc and /openapi.json (turn off for an internet-facing API).
+    api_docs: bool = True
 
     @field_validator("failpoints")
     @classmethod

@@ -6,6 +6,7 @@ from uuid import UUID
 
 from sqlalchemy import Engine, text
 
+from schema.store.bodies import event_data_sql
 from schema.wire import RunEvent
 
 
@@ -13,8 +14,8 @@ def read_events(engine: Engine, run_id: UUID, *, after_seq: int = 0, limit: int 
     with engine.connect() as conn:
         rows = conn.execute(
             text(
-                "SELECT run_id, seq, kind, data, created_at FROM run_events "
-                "WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit"
+                f"SELECT e.run_id, e.seq, e.kind, {event_data_sql()} AS data, e.created_at FROM run_events AS e "
+                "WHERE e.run_id = :run_id AND e.seq > :after_seq ORDER BY e.seq LIMIT :limit"
             ),
             {"run_id": run_id, "after_seq": after_seq, "limit": limit},
         )

@@ -393,23 +393,26 @@ def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, UUID | None]:
 # --- reading --------------------------------------------------------------------------------
 
 
-def get_run_view(engine: Engine, run_id: UUID) -> RunView:
+_RUN_VIEW_SQL = (
+    "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
+    "calls.model_calls, calls.input_tokens, calls.output_tokens, calls.stale_model_calls, "
+    "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, "
+    "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
+    "FROM runs r CROSS JOIN LATERAL ("
+    "  SELECT count(*) AS model_calls, coalesce(sum(mc.input_tokens), 0) AS input_tokens,"
+    "    coalesce(sum(mc.output_tokens), 0) AS output_tokens,"
+    "    count(*) FILTER (WHERE mc.stale) AS stale_model_calls"
+    "  FROM model_calls mc WHERE mc.run_id = r.id) AS calls "
+    "WHERE r.id = :run_id"
+)
+_RUN_VIEWS = {False: text(_RUN_VIEW_SQL), True: text(_RUN_VIEW_SQL + " AND r.owner = :owner")}
+
+
+def get_run_view(engine: Engine, run_id: UUID, *, owner: str | None = None) -> RunView:
+    """The run's view; with ``owner``, a run of another owner is not found, by the same
+    query that finds nothing for a missing id."""
     with engine.connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
-                "calls.model_calls, calls.input_tokens, calls.output_tokens, calls.stale_model_calls, "
-                "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, "
-                "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
-                "FROM runs r CROSS JOIN LATERAL ("
-                "  SELECT count(*) AS model_calls, coalesce(sum(mc.input_tokens), 0) AS input_tokens,"
-                "    coalesce(sum(mc.output_tokens), 0) AS output_tokens,"
-                "    count(*) FILTER (WHERE mc.stale) AS stale_model_calls"
-                "  FROM model_calls mc WHERE mc.run_id = r.id) AS calls "
-                "WHERE r.id = :run_id"
-            ),
-            {"run_id": run_id},
-        ).one_or_none()
+        row = conn.execute(_RUN_VIEWS[owner is not None], {"run_id": run_id, "owner": owner}).one_or_none()
         if row is None:
             raise RunNotFound(run_id)
         waiting = waiting_for(conn, run_id) if row.status in ("suspended", "running") else []

@@ -43,7 +43,7 @@ def free_port() -> int:
 class ApiServer:
     """One ``aidawork api`` process in its own session (killed with its group)."""
 
-    def __init__(self, db_url: str, log_path: Path) -> None:
+    def __init__(self, db_url: str, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.log_path = log_path
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
@@ -57,6 +57,7 @@ class ApiServer:
                 "AIDAWORK_API_MAX_BODY_BYTES": str(BODY_LIMIT),
                 "AIDAWORK_LOG_LEVEL": "INFO",
                 "AIDAWORK_DEV": "1",
+                **(extra_env or {}),
             }
         )
         with log_path.open("ab") as log:

@@ -4,6 +4,7 @@ below fails the test if it is called), with a JSON error naming the field."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -158,3 +159,26 @@ def test_the_submission_has_the_fields_of_a_run_request() -> None:
     # RunSubmission mirrors RunRequest (owner optional): a field added there must be added here.
     assert set(RunSubmission.model_fields) == set(RunRequest.model_fields)
     assert not RunSubmission.model_fields["owner"].is_required()
+
+
+def test_a_trailing_slash_is_a_404_not_a_redirect() -> None:
+    url = "/v1/runs/00000000-0000-0000-0000-000000000001/"
+    response = request("GET", url, headers={**AUTH, "Host": "evil.example"})
+
+    assert (response.status_code, error_of(response)["code"]) == (404, "NOT_FOUND")
+    assert "location" not in response.headers
+
+
+def test_a_stream_beyond_the_tokens_cap_gets_429_before_the_store() -> None:
+    app = create_app(Settings(api_tokens=json.dumps({TOKEN: "team-a"}), api_max_streams_per_token=1), no_store)
+    app.state.aidawork.slots.acquire(hashlib.sha256(TOKEN.encode()).digest())  # one stream open already
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            return await http.get("/v1/runs/00000000-0000-0000-0000-000000000001/events", headers=AUTH)
+
+    response = anyio.run(go)
+
+    assert (response.status_code, error_of(response)["code"]) == (429, "TOO_MANY_STREAMS")
+    assert "AIDAWORK_API_MAX_STREAMS_PER_TOKEN" in error_of(response)["message"]

@@ -75,3 +75,41 @@ def test_token_table_finds_owners_by_digest_only() -> None:
     assert table.owner_of("") is None
     assert len(table) == 1
     assert TOKEN not in repr(vars(table)) and TOKEN.encode() not in repr(vars(table)).encode()
+
+
+def test_slow_and_greedy_client_limits_have_defaults_and_env_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = load_settings()
+    assert (defaults.api_header_timeout_s, defaults.api_body_timeout_s, defaults.api_body_min_bytes_per_s) == (
+        10.0,
+        10.0,
+        65_536,
+    )
+    assert (defaults.api_max_connections, defaults.api_max_streams_per_token, defaults.api_docs) == (1000, 8, True)
+
+    for name, value in {
+        "AIDAWORK_API_HEADER_TIMEOUT_S": "1.5",
+        "AIDAWORK_API_BODY_TIMEOUT_S": "2",
+        "AIDAWORK_API_BODY_MIN_BYTES_PER_S": "100",
+        "AIDAWORK_API_MAX_CONNECTIONS": "50",
+        "AIDAWORK_API_MAX_STREAMS_PER_TOKEN": "3",
+        "AIDAWORK_API_DOCS": "0",
+    }.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings()
+
+    assert (settings.api_header_timeout_s, settings.api_body_timeout_s, settings.api_body_min_bytes_per_s) == (
+        1.5,
+        2.0,
+        100,
+    )
+    assert (settings.api_max_connections, settings.api_max_streams_per_token, settings.api_docs) == (50, 3, False)
+
+
+@pytest.mark.parametrize(
+    "name", ["AIDAWORK_API_HEADER_TIMEOUT_S", "AIDAWORK_API_MAX_CONNECTIONS", "AIDAWORK_API_MAX_STREAMS_PER_TOKEN"]
+)
+def test_a_zero_limit_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(name, "0")
+
+    with pytest.raises(SettingsError, match=name):
+        load_settings()

@@ -1,4 +1,4 @@
-"""Provider keys never leave their owner: real workers, real Flower, and a loopback
+"""Provider keys never leave their owner: real workers, real Flower, the real HTTP API, and a loopback
 provider that echoes the key it was sent, and another tenant's key, into every field of
 its error bodies (``type``, ``code``, ``message``, ``param``, nested objects) and of its
 2xx answers (content, tool-call ids, tool names, arguments), for both the
@@ -29,6 +29,7 @@ from runtime.errors import RequestInvalid
 from runtime.models.scrub import REDACTED
 from tests.conftest import BROKER_URL, REPO, Cluster, rows, wait_until
 from tests.e2e.helpers import WAIT_S, wait_ready
+from tests.e2e.test_api import A, ApiServer, api, sse  # noqa: F401  (api: the fixture)
 from tests.e2e.test_flower import flower  # noqa: F401  (the fixture)
 from tests.e2e.test_providers_e2e import all_rows_as_text
 from tests.unit.test_provider_server import (
@@ -131,7 +132,11 @@ def anthropic(fake: FakeProvider, name: str, **extra: Any) -> dict[str, Any]:
 
 
 def test_no_key_reaches_any_log_row_event_flower_task_or_status(
-    cluster: Cluster, sealed_ctx: WorkerContext, fake: FakeProvider, flower: httpx.Client  # noqa: F811
+    cluster: Cluster,
+    sealed_ctx: WorkerContext,
+    fake: FakeProvider,
+    flower: httpx.Client,  # noqa: F811
+    api: ApiServer,  # noqa: F811
 ) -> None:
     ctx = sealed_ctx
     env = {f"AIDAWORK_{k.upper()}": v for k, v in key_settings(fake).items()}
@@ -183,12 +188,23 @@ def test_no_key_reaches_any_log_row_event_flower_task_or_status(
     status_text = "\n".join(statuses)
     assert REDACTED in status_text
 
+    # What the HTTP API answers: the run views and their event streams.
+    api_answers = []
+    for run_id in runs.values():
+        got = api.http.get(f"/v1/runs/{run_id}", headers=A)
+        assert got.status_code == 200, got.text
+        api_answers.append(got.text)
+        api_answers.append(json.dumps(sse(api, str(run_id), A)))
+    api_text = "\n".join(api_answers)
+    assert REDACTED in api_text and '"tool_completed"' in api_text
+
     logs = "\n".join(p.read_text(errors="replace") for p in cluster.log_dir.glob("*.log"))
+    assert '"request_served"' in logs  # the API's log is among them
     assert '"round_retried"' in logs and '"model_call_retried"' in logs and '"round_committed"' in logs
     tables = all_rows_as_text(ctx)
     assert REDACTED in tables["messages"] and REDACTED in tables["run_events"] and REDACTED in tables["runs"]
     assert REDACTED in tables["tool_invocations"]
-    haystacks = {"logs": logs, "flower": flower_text, "status --json": status_text, **tables}
+    haystacks = {"logs": logs, "flower": flower_text, "status --json": status_text, "api": api_text, **tables}
     for canary in CANARIES:
         leaked = [where for where, text in haystacks.items() if canary in text]
         assert leaked == [], f"{canary} leaked into {leaked}"

@@ -52,6 +52,8 @@ def create_app() -> Celery:
     app = Celery("aidawork", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
+        # kombu's Redis transport, reusing one client per channel (worker/broker.py).
+        broker_transport="worker.broker:Transport" if settings.broker_url.startswith(("redis:", "rediss:")) else None,
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
         task_acks_late=True,

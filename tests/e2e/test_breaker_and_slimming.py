@@ -19,7 +19,7 @@ from runtime.config import MAX_TOOL_OUTPUT_BYTES
 from runtime.context import context_chain, slim_tool_results_for_next_round
 from runtime.loop import MAX_ROUNDS_EXCEEDED
 from runtime.messages import Message
-from schema.store.bodies import message_body_sql
+from schema.store.bodies import event_data_sql, message_body_sql
 from tests.conftest import Cluster, rows, scripted_request
 from tests.e2e.helpers import events, model_calls, round_rows, wait_ready, wait_terminal
 from worker import client
@@ -29,7 +29,8 @@ ECHO_TURN = {"tool_calls": [{"name": "echo", "args": ECHO_ARGS}]}
 LOCAL_ECHO_TURN = {"tool_calls": [{"name": "local_echo", "args": ECHO_ARGS}]}
 WAIT_S = 30.0
 
-BODY = message_body_sql()  # a tool message's output is stored once, in tool_invocations
+BODY = message_body_sql()
+EVENT_DATA = event_data_sql()  # a tool message's output is stored once, in tool_invocations
 
 
 def _request(turns: list[dict[str, Any]], *, tools: list[str], max_rounds: int = 50,
@@ -40,7 +41,8 @@ def _request(turns: list[dict[str, Any]], *, tools: list[str], max_rounds: int =
 
 
 def _run_events(ctx, run_id) -> list[dict[str, Any]]:
-    return rows(ctx.engine, "SELECT seq, kind, data FROM run_events WHERE run_id = :id ORDER BY seq", id=run_id)
+    return rows(ctx.engine, f"SELECT seq, kind, {EVENT_DATA} AS data FROM run_events AS e WHERE run_id = :id "
+                "ORDER BY seq", id=run_id)
 
 
 def _committers(cluster: Cluster, run_id, names: tuple[str, ...]) -> dict[int, str]:

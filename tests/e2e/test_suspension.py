@@ -17,7 +17,7 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
-from schema.store.bodies import message_body_sql
+from schema.store.bodies import event_data_sql, message_body_sql
 from tests.conftest import BROKER_URL, REPO, Cluster, rows, scripted_request, wait_until
 from tests.e2e.helpers import (
     calls_per_boundary,
@@ -34,7 +34,8 @@ from worker.failpoints import EXIT_CODE
 
 WAIT_S = 30.0
 
-BODY = message_body_sql()  # a tool message's output is stored once, in tool_invocations
+BODY = message_body_sql()
+EVENT_DATA = event_data_sql()  # a tool message's output is stored once, in tool_invocations
 
 
 def wait_suspended(engine: Engine, run_id: UUID, boundary_seq: int = 0) -> dict[str, Any]:
@@ -47,7 +48,8 @@ def wait_suspended(engine: Engine, run_id: UUID, boundary_seq: int = 0) -> dict[
 
 
 def run_events(engine: Engine, run_id: UUID, kind: str, tool_call_id: str | None = None) -> list[dict[str, Any]]:
-    found = rows(engine, "SELECT data FROM run_events WHERE run_id = :id AND kind = :k ORDER BY seq", id=run_id, k=kind)
+    found = rows(engine, f"SELECT {EVENT_DATA} AS data FROM run_events AS e WHERE run_id = :id AND kind = :k "
+                 "ORDER BY seq", id=run_id, k=kind)
     return [e["data"] for e in found if tool_call_id is None or e["data"].get("tool_call_id") == tool_call_id]
 
 

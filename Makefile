@@ -33,7 +33,7 @@ lint: install  ## ruff and the import contracts
 typecheck: install  ## mypy strict
 	$(VENV)/bin/mypy
 
-bench: install  ## per-round cost at round 10 and 500, next to a bare Celery hop
+bench: install  ## round cost next to two Celery hops, CPU and bytes per round, in-flight throughput
 	$(PY) bench/rounds.py
 
 flower: install  ## Flower on the same broker, http://127.0.0.1:5555

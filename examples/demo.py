@@ -21,6 +21,9 @@ REPO = HERE.parent
 os.environ.setdefault("AIDAWORK_LOG_LEVEL", "WARNING")
 # Workers, beat and the API refuse to start without a secret; the demo makes its own.
 os.environ.setdefault("AIDAWORK_SECRET_KEY", secrets.token_urlsafe(32))
+# A provider key that belongs to team-b only (never called: the demo's runs are scripted).
+os.environ.setdefault("AIDAWORK_MODEL_KEYS", json.dumps({"team-b": {"key": "sk-demo-" + secrets.token_hex(8),
+                                                                    "owners": ["team-b"]}}))
 sys.path.insert(0, str(REPO))
 
 from runtime.errors import RequestInvalid  # noqa: E402
@@ -175,6 +178,21 @@ def run_demo() -> int:
         return 1
     except RequestInvalid as exc:
         say(f"   refused: {exc.message}")
+
+    say("== keys belong to owners, and model calls go only where the deployment allows")
+    model = {"provider": "openai", "name": "gpt-4o-mini"}
+    for label, config in (
+        ("team-a naming team-b's key", {**model, "api_key_ref": "team-b"}),
+        ("team-a naming a key that does not exist", {**model, "api_key_ref": "team-z"}),
+        ("a keyless call to an unlisted server",
+         {**model, "base_url": "http://169.254.169.254/v1", "api_key_ref": None}),
+    ):
+        try:
+            client.submit({"owner": "team-a", "input": "hi", "config": {"model": config}})
+            say(f"   !! {label}: accepted")
+            return 1
+        except RequestInvalid as exc:
+            say(f"   {label}: refused ({exc.field}: {exc.reason})")
 
     say("== submit four runs; two of them share one conversation Root and run in order")
     first = client.submit(load("add.json"))

@@ -83,6 +83,10 @@ runs = Table(
     # Claims at the current boundary, whatever became of them: a backstop for a round that
     # kills its worker before its execution is marked (AIDAWORK_MAX_ROUND_ATTEMPTS x 3).
     Column("round_claims", Integer, nullable=False, server_default=text("0")),
+    # The worker processes (workers.id) that claimed the current boundary's round, in
+    # order: the death of its last holder costs no attempt when a worker that never held
+    # the round died around the same time (schema.store.workers.DEATH_ELSEWHERE).
+    Column("round_holders", ARRAY(UUID(as_uuid=True)), nullable=False, server_default=text("'{}'::uuid[]")),
     # Sequence number of the run's last event.
     Column("event_seq", Integer, nullable=False, server_default=text("0")),
     # When a round task was last sent (or claimed): the reconciler re-sends stale ones.
@@ -101,6 +105,21 @@ runs = Table(
         "dispatched_at",
         postgresql_where=text("status IN ('queued', 'running')"),
     ),
+)
+
+# Every worker process, registered when it starts, with the time of its last heartbeat
+# (every lease_s / 3, holding rounds or not). One whose heartbeat is older than a lease and
+# that never said it stopped has died: the evidence that workers are being lost for reasons
+# that have nothing to do with a given round.
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("name", Text, nullable=False),  # aidawork-<pid>@<host>, for people
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("stopped_at", DateTime(timezone=True)),
+    Index("ix_workers_heartbeat_at", "heartbeat_at", postgresql_where=text("stopped_at IS NULL")),
 )
 
 run_checkpoints = Table(

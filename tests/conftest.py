@@ -114,6 +114,7 @@ def ctx(db_url: str, redis_clean: None) -> Iterator[Any]:
     settings = Settings(database_url=db_url, broker_url=BROKER_URL, lease_s=2, dispatch_grace_s=1)
     context = build_context(settings)
     yield context
+    context.leases.stop()  # a context that claimed rounds registered itself and heartbeats
     context.engine.dispose()
 
 

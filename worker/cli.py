@@ -61,23 +61,34 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import os
 
     from worker.app import CONTROL_QUEUE, ROUNDS_QUEUE, app
-    from worker.bootstrap import set_process_threads
+    from worker.bootstrap import get_context, set_process_threads
 
     concurrency = args.concurrency or get_settings().worker_concurrency
     set_process_threads(concurrency)
-    app.worker_main(
-        [
-            "worker",
-            "--pool=threads",
-            f"--concurrency={concurrency}",
-            f"--queues={ROUNDS_QUEUE},{CONTROL_QUEUE}",
-            f"--hostname=aidawork-{os.getpid()}@%h",
-            f"--loglevel={args.loglevel}",
-            "--task-events",
-            "--without-mingle",
-            "--without-gossip",
-        ]
-    )
+    # In the workers registry from the start, so a death even before its first round is
+    # seen (schema.store.workers); a warm shutdown says it stopped on purpose. With the
+    # database unavailable the worker starts all the same and registers at its first claim.
+    leases = get_context().leases
+    try:
+        leases.register()
+    except Exception as exc:
+        structlog.get_logger("aidawork.cli").warning("worker_registration_deferred", error=type(exc).__name__)
+    try:
+        app.worker_main(
+            [
+                "worker",
+                "--pool=threads",
+                f"--concurrency={concurrency}",
+                f"--queues={ROUNDS_QUEUE},{CONTROL_QUEUE}",
+                f"--hostname=aidawork-{os.getpid()}@%h",
+                f"--loglevel={args.loglevel}",
+                "--task-events",
+                "--without-mingle",
+                "--without-gossip",
+            ]
+        )
+    finally:
+        leases.stop()
     return EXIT_OK
 
 

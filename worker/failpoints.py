@@ -1,5 +1,7 @@
 """Crash injection for tests: ``AIDAWORK_FAILPOINTS=after_commit`` makes the process die
-(``os._exit``, like SIGKILL: no cleanup, no ack) the first time it reaches that point.
+(``os._exit``, like SIGKILL: no cleanup, no ack) the first time it reaches that point;
+``after_model_call@team-poison`` only in a round of a run of that owner, so one run can be
+made a poison round while the other runs on the same workers stay healthy.
 Unset in production, where ``hit`` is a set lookup."""
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from worker.settings import get_settings
 EXIT_CODE = 86
 
 
-def hit(name: str) -> None:
-    if name in get_settings().failpoint_set:
-        structlog.get_logger("aidawork.failpoint").warning("failpoint_hit", failpoint=name)
+def hit(name: str, *, owner: str | None = None) -> None:
+    armed = get_settings().failpoint_set
+    if name in armed or (owner is not None and f"{name}@{owner}" in armed):
+        structlog.get_logger("aidawork.failpoint").warning("failpoint_hit", failpoint=name, owner=owner)
         os._exit(EXIT_CODE)

@@ -2,6 +2,12 @@
 round the process holds, in one statement, every ``lease_s / 3``. A paused or dead
 process stops heartbeating, its leases expire, and the reconciler hands its runs on.
 
+The keeper is also the process's entry in the workers registry (``schema.store.workers``):
+it registers the process once (at start-up for ``aidawork worker``, else at its first
+claim), and from then on the same statement heartbeats the process, holding rounds or
+not, until ``stop`` says it stopped on purpose. So a worker that dies idle is seen to die,
+which is what lets a claim tell a storm of deaths from a round that kills its workers.
+
 The heartbeat reads its holdings, then writes: a round may commit (or give its claim
 back) in between. That is safe because the statement only extends a lease that still
 exists under the same fence (``schema.store.leases``): a commit or a release leaves none,
@@ -9,6 +15,8 @@ so a late heartbeat cannot re-arm it and refuse the next round's claim."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +25,7 @@ from uuid import UUID
 import structlog
 from sqlalchemy import Engine
 
+from schema.store import workers as worker_store
 from schema.store.leases import extend_leases
 
 log = structlog.get_logger("aidawork.leases")
@@ -31,14 +40,34 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._worker_id: UUID | None = None
+
+    @property
+    def worker_id(self) -> UUID:
+        """This process in the workers registry: what its claims name as their holder."""
+        return self.register()
+
+    def register(self) -> UUID:
+        """Register the process (once; later calls return the same id) and start the
+        heartbeat, which keeps the registration alive from then on."""
+        with self._lock:
+            if self._worker_id is None:
+                name = f"aidawork-{os.getpid()}@{socket.gethostname()}"
+                self._worker_id = worker_store.register_worker(self._engine, name)
+                log.info("worker_registered", worker_id=str(self._worker_id), name=name)
+                self._start_locked()
+            return self._worker_id
+
+    def _start_locked(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="aidawork-leases", daemon=True)
+            self._thread.start()
 
     @contextmanager
     def holding(self, run_id: UUID, fence: int) -> Iterator[None]:
         with self._lock:
             self._held[run_id] = fence
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="aidawork-leases", daemon=True)
-                self._thread.start()
+            self._start_locked()
         try:
             yield
         finally:
@@ -49,9 +78,10 @@ class LeaseKeeper:
     def beat_once(self) -> None:
         with self._lock:
             holdings = list(self._held.items())
-        if not holdings:
+            worker_id = self._worker_id
+        if not holdings and worker_id is None:
             return
-        kept = extend_leases(self._engine, holdings, self._lease_s)
+        kept = extend_leases(self._engine, holdings, self._lease_s, worker_id=worker_id)
         with self._lock:
             # A round that left ``holding`` since the snapshot gave its lease back itself.
             lost = [(r, f) for r, f in holdings if r not in kept and self._held.get(r) == f]
@@ -66,4 +96,13 @@ class LeaseKeeper:
                 log.exception("lease_heartbeat_failed")
 
     def stop(self) -> None:
+        """Stop heartbeating; a registered process records that it stopped on purpose."""
         self._stop.set()
+        with self._lock:
+            worker_id = self._worker_id
+        if worker_id is None:
+            return
+        try:
+            worker_store.stop_worker(self._engine, worker_id)
+        except Exception as exc:  # its silence will read as a death: it excuses, never charges
+            log.warning("worker_stop_unrecorded", worker_id=str(worker_id), error=type(exc).__name__)

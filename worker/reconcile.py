@@ -7,7 +7,10 @@ all its inputs gets its resume re-sent instead.
 A broker that lost its messages (Redis restarted without persistence, flushed, failed
 over to an empty replica) is noticed on the next pass: the epoch key this module keeps in
 the broker's Redis is gone. That pass re-sends every ready run at once instead of after
-the dispatch grace (a duplicate of a message that did survive is dropped at its claim)."""
+the dispatch grace (a duplicate of a message that did survive is dropped at its claim).
+
+Each pass also forgets the registry rows of workers silent for a day
+(``schema.store.workers``)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import structlog
 
 from schema.store.leases import due_for_dispatch
 from schema.store.suspensions import pending_resumes, resume_if_ready, suspended_with_all_inputs
+from schema.store.workers import forget_old_workers
 from worker.app import dispatch_resume, dispatch_round, send_or_defer
 from worker.bootstrap import WorkerContext
 
@@ -54,4 +58,5 @@ def reconcile(ctx: WorkerContext) -> int:
         if resumes:
             send_or_defer(ctx.engine, run_id, partial(dispatch_resume, resumes))
             log.info("run_redispatched", run_id=str(run_id), resume=True)
+    forget_old_workers(ctx.engine)
     return len(due)

@@ -66,6 +66,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
         lease_s=ctx.settings.lease_s,
         after_position=memory.last_position if memory else -1,
         cold=memory is None,
+        holder=ctx.leases.worker_id,
         resume_of=[r.invocation_id for r in resumes],
     )
     if claim is None:

@@ -51,8 +51,9 @@ ROUND_ATTEMPTS_EXHAUSTED = "ROUND_ATTEMPTS_EXHAUSTED"
 ROUND_PROOF_INVALID = "ROUND_PROOF_INVALID"
 CONFIG_INVALID = "CONFIG_INVALID"
 # Claims of one round allowed per attempt of the budget: a holder that dies before the
-# round's execution is marked (loading a huge context, say) costs no attempt, but a round
-# that always does so must still end.
+# round's execution is marked (loading a huge context, say) costs no attempt, and neither
+# does a death while other workers die too (schema.store.workers), but a round that
+# always does so must still end.
 UNSTARTED_CLAIMS_FACTOR = 3
 
 
@@ -91,7 +92,7 @@ class LedgerHooks:
             output_tokens=response.usage.output_tokens if response else None,
             error_code=error.code if error else None,
         )
-        failpoints.hit("after_model_call")
+        failpoints.hit("after_model_call", owner=self._claim.owner)
 
 
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
@@ -103,6 +104,7 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
         lease_s=ctx.settings.lease_s,
         after_position=memory.last_position if memory else -1,
         cold=memory is None,
+        holder=ctx.leases.worker_id,
     )
     if claim is None:
         log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False)
@@ -146,7 +148,7 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
     exhausted = _attempts_exhausted(claim, ctx.settings.max_round_attempts)
     if exhausted is not None:
         return _fail_run(ctx, claim, ROUND_ATTEMPTS_EXHAUSTED, exhausted)
-    failpoints.hit("after_claim")
+    failpoints.hit("after_claim", owner=claim.owner)
     try:
         memory = _memory_after_claim(ctx, memory, claim)
     except RequestInvalid as exc:
@@ -191,7 +193,7 @@ def _after_commit(
     elif not isinstance(outcome, (Continue, Suspended)):
         ctx.runtime.memory.discard(claim.run_id)
     log.info("round_committed", outcome=outcome.kind, messages=len(result.new_messages), resumed=result.resumed)
-    failpoints.hit("after_commit")
+    failpoints.hit("after_commit", owner=claim.owner)
 
     if isinstance(outcome, Continue):
         send_or_defer(ctx.engine, claim.run_id, lambda: dispatch_round(claim.run_id, claim.boundary_seq + 1))
@@ -201,14 +203,15 @@ def _after_commit(
             send_or_defer(ctx.engine, claim.run_id, lambda: dispatch_resume(resumes))
     elif next_run_id is not None:
         send_or_defer(ctx.engine, next_run_id, lambda: dispatch_round(next_run_id, 0))
-    failpoints.hit("after_enqueue")
+    failpoints.hit("after_enqueue", owner=claim.owner)
     return RoundDisposition.COMMITTED
 
 
 def _attempts_exhausted(claim: Claim, max_attempts: int) -> str | None:
     """Why the round must not be tried again, or None. The budget is spent only by
     executions that started and failed because of the round; claims whose holder died
-    before it started count only toward a backstop three times as large."""
+    before it started, or died while workers that never held the round died too, count
+    only toward a backstop three times as large."""
     where = f"round {claim.boundary_seq}"
     if claim.attempt > max_attempts:
         return (
@@ -217,7 +220,8 @@ def _attempts_exhausted(claim: Claim, max_attempts: int) -> str | None:
         )
     if claim.claims > UNSTARTED_CLAIMS_FACTOR * max_attempts:
         return (
-            f"{where} was claimed {claim.claims - 1} times without completing; the limit is "
+            f"{where} was claimed {claim.claims - 1} times without completing (its workers died before "
+            f"executing it, or while other workers died too); the limit is "
             f"{UNSTARTED_CLAIMS_FACTOR} x {max_attempts} (AIDAWORK_MAX_ROUND_ATTEMPTS)"
         )
     return None

@@ -93,7 +93,8 @@ class Settings(BaseSettings):
     # Behind PgBouncer in transaction pooling mode: no server-side prepared statements.
     database_pgbouncer: bool = False
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
-    # Test-only crash injection: comma-separated names from FAILPOINTS. Empty in production.
+    # Test-only crash injection: comma-separated names from FAILPOINTS, each optionally
+    # scoped to the runs of one owner (``after_model_call@team-poison``). Empty in production.
     failpoints: str = ""
 
     # --- model provider keys (never logged, stored or put in a message) ----------------
@@ -143,7 +144,7 @@ class Settings(BaseSettings):
     @field_validator("failpoints")
     @classmethod
     def _known_failpoints(cls, value: str) -> str:
-        unknown = {p.strip() for p in value.split(",") if p.strip()} - FAILPOINTS
+        unknown = {p.strip().partition("@")[0] for p in value.split(",") if p.strip()} - FAILPOINTS
         if unknown:
             raise ValueError(f"unknown failpoints {sorted(unknown)} (known: {sorted(FAILPOINTS)})")
         return value

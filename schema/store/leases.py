@@ -19,8 +19,11 @@ from sqlalchemy import Connection, Engine, text
 from schema.store.runs import _EARLIER_ACTIVE
 from schema.store.tx import run_transaction
 
+# The same statement is the worker's own heartbeat in the registry (schema.store.workers),
+# so a worker's leases and its liveness can never tell different stories.
 EXTEND_LEASES_SQL = text(
     """
+WITH alive AS (UPDATE workers SET heartbeat_at = now() WHERE id = CAST(:worker_id AS uuid))
 UPDATE runs SET lease_expires_at = now() + make_interval(secs => :lease_s)
 FROM unnest(CAST(:ids AS uuid[]), CAST(:fences AS bigint[])) AS h(id, fence)
 WHERE runs.id = h.id AND runs.claim_fence = h.fence AND runs.status = 'running'
@@ -66,17 +69,25 @@ def dispatch_failed(engine: Engine, run_id: UUID) -> None:
     run_transaction(engine, _txn, name="dispatch_failed", single_statement=True)
 
 
-def extend_leases(engine: Engine, holdings: list[tuple[UUID, int]], lease_s: float) -> set[UUID]:
-    """Heartbeat for every round this process holds, in one statement. Returns the run
-    ids whose lease was extended; the others were given back (committed, released) or
-    taken over since ``holdings`` was read."""
-    if not holdings:
+def extend_leases(
+    engine: Engine, holdings: list[tuple[UUID, int]], lease_s: float, *, worker_id: UUID | None = None
+) -> set[UUID]:
+    """Heartbeat for every round this process holds, and for the process itself (its
+    ``worker_id`` in the registry), in one statement. Returns the run ids whose lease was
+    extended; the others were given back (committed, released) or taken over since
+    ``holdings`` was read."""
+    if not holdings and worker_id is None:
         return set()
 
     def _txn(conn: Connection) -> set[UUID]:
         rows = conn.execute(
             EXTEND_LEASES_SQL,
-            {"ids": [r for r, _ in holdings], "fences": [f for _, f in holdings], "lease_s": lease_s},
+            {
+                "ids": [r for r, _ in holdings],
+                "fences": [f for _, f in holdings],
+                "lease_s": lease_s,
+                "worker_id": worker_id,
+            },
         )
         return {row.id for row in rows}
 

@@ -30,6 +30,7 @@ WITH upd AS (
   UPDATE runs SET
     boundary_seq = boundary_seq + CASE WHEN :status = 'suspended' THEN 0 ELSE 1 END,
     status = :status, lease_expires_at = NULL, round_attempts = 0, execution_fence = NULL, round_claims = 0,
+    round_holders = CAST(ARRAY[] AS uuid[]),
     event_seq = event_seq + :n_events, dispatched_at = now(), updated_at = now(),
     output = :output, error_code = :error_code, error_message = :error_message,
     finished_at = CASE WHEN :terminal THEN now() END

@@ -19,6 +19,7 @@ from schema.store.bodies import message_body_sql
 from schema.store.errors import FenceLost, RootNotFound, RunNotFound
 from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
+from schema.store.workers import DEATH_ELSEWHERE
 from schema.wire import RunRequest, RunStatus, RunView
 
 # Runs that hold their Root's turn: a later run of the Root waits until these end.
@@ -46,10 +47,15 @@ WITH claimed AS (
     lease_expires_at = now() + make_interval(secs => :lease_s),
     status = 'running',
     -- The previous holder's execution started and never finished (it died, or the round
-    -- raised): that is an attempt of the round. A claim alone is not.
-    round_attempts = round_attempts + CASE WHEN execution_fence = claim_fence THEN 1 ELSE 0 END,
+    -- raised): that is an attempt of the round. A claim alone is not, and neither is a
+    -- death while a worker that never held the round died too: that is the cluster losing
+    -- workers, not the round killing them (its lease ran out; a release is never excused).
+    round_attempts = round_attempts + CASE WHEN execution_fence = claim_fence THEN
+        CASE WHEN lease_expires_at IS NOT NULL AND {DEATH_ELSEWHERE} THEN 0 ELSE 1 END
+      ELSE 0 END,
     execution_fence = {execution_fence},
     round_claims = round_claims + 1,
+    round_holders = array_append(round_holders, CAST(:holder AS uuid)),
     dispatched_at = now(),
     started_at = coalesce(started_at, now()),
     updated_at = now()
@@ -145,15 +151,18 @@ def claim_round(
     lease_s: float,
     after_position: int,
     cold: bool,
+    holder: UUID,
     resume_of: list[str] | None = None,
 ) -> Claim | None:
     """Claim the run for round ``boundary_seq`` (or, with ``resume_of``, for resuming the
-    suspended calls with those invocation ids); ``None`` when it is not claimable
-    (already done, leased by another holder, not its Root's turn, or gone)."""
+    suspended calls with those invocation ids) for the worker process ``holder``
+    (``schema.store.workers``); ``None`` when it is not claimable (already done, leased by
+    another holder, not its Root's turn, or gone)."""
     params = {
         "run_id": run_id,
         "boundary_seq": boundary_seq,
         "lease_s": lease_s,
+        "holder": holder,
         "after_position": after_position,
         "cold": cold,
     }

@@ -19,7 +19,7 @@ from schema.store.errors import FenceLost
 from schema.store.runs import Claim
 from schema.wire import RoundTask
 from tests.conftest import rows
-from tests.db.test_store import claim, expire_lease, record, run_row, submit
+from tests.db.test_store import HOLDER, claim, expire_lease, record, run_row, submit
 from worker.round import ROUND_ATTEMPTS_EXHAUSTED, RoundDisposition, execute_round, round_at_fault
 
 
@@ -147,7 +147,7 @@ def test_a_resume_starts_executing_at_its_claim(ctx: Any) -> None:
 
     def claim_resume() -> Claim | None:
         return run_store.claim_round(
-            ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True,
+            ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER,
             resume_of=[r.invocation_id for r in resumes],
         )
 

@@ -26,6 +26,7 @@ from schema.store.runs import Claim
 from schema.store.tx import RETRYABLE_SQLSTATES, sqlstate_of
 from schema.wire import RoundTask
 from tests.conftest import rows, scripted_request
+from tests.db.test_store import HOLDER
 from worker import client
 from worker.round import execute_round
 
@@ -38,7 +39,9 @@ def held_run(ctx: Any, rounds: int = ROUNDS) -> Claim:
     run_id = client.submit(scripted_request([*turns, {"content": "done"}]), ctx=ctx).run_id
     for boundary in range(rounds):
         execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=boundary))
-    claim = run_store.claim_round(ctx.engine, run_id, rounds, lease_s=60, after_position=-1, cold=True)
+    claim = run_store.claim_round(
+        ctx.engine, run_id, rounds, lease_s=60, after_position=-1, cold=True, holder=HOLDER
+    )
     assert claim is not None
     return claim
 

@@ -31,6 +31,7 @@ from schema.store.bodies import message_body_sql
 from schema.store.suspensions import DeliveryRefused, pending_resumes
 from schema.wire import OriginalToolRoundResume, RoundTask, RunStatus
 from tests.conftest import rows, scripted_request
+from tests.db.test_store import HOLDER
 from worker import client
 from worker import round as round_mod
 from worker.resume import execute_resume
@@ -396,7 +397,7 @@ def test_the_resume_claim_takes_only_the_very_suspension_it_names(ctx) -> None:
 
     def claim(resume_of: list[str] | None) -> Any:
         return run_store.claim_round(
-            ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, resume_of=resume_of
+            ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, resume_of=resume_of
         )
 
     assert claim(None) is None  # a plain round claim never re-runs a suspended round
@@ -595,7 +596,7 @@ def test_a_result_whose_projection_this_process_did_not_issue_is_not_recorded(ct
     proofs = ctx.runtime.base.proofs
     for what, tamper in PROJECTION_TAMPERS.items():
         run_id = submit(ctx, READ_ONE, ["read_files"])
-        claim = run_store.claim_round(ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True)
+        claim = run_store.claim_round(ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
         assert claim is not None
         seen: dict[str, Any] = {}
 
@@ -689,7 +690,7 @@ def test_delivered_file_bodies_live_in_local_reads_only_and_the_model_still_sees
 
     # Round 1 on a cold worker: the claim joins the bodies in from the durable store.
     ctx.runtime.memory.discard(run_id)
-    claim = run_store.claim_round(ctx.engine, run_id, 1, lease_s=30, after_position=-1, cold=True)
+    claim = run_store.claim_round(ctx.engine, run_id, 1, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
     assert claim is not None
     seen: dict[str, Any] = {}
 

@@ -21,6 +21,7 @@ from schema.store.tx import run_transaction
 from tests.conftest import rows, scripted_request
 
 RUNTIME = build_runtime()
+HOLDER = UUID(int=1)  # the worker process the tests' claims name: registered nowhere, alive or dead
 
 
 def submit(engine: Engine, **kwargs: Any) -> Submitted:
@@ -28,8 +29,12 @@ def submit(engine: Engine, **kwargs: Any) -> Submitted:
     return run_store.submit_run(engine, request, prepared.turn_config.model_dump(mode="json"))
 
 
-def claim(engine: Engine, run_id: UUID, boundary_seq: int = 0, lease_s: float = 30) -> Claim | None:
-    return run_store.claim_round(engine, run_id, boundary_seq, lease_s=lease_s, after_position=-1, cold=True)
+def claim(
+    engine: Engine, run_id: UUID, boundary_seq: int = 0, lease_s: float = 30, holder: UUID = HOLDER
+) -> Claim | None:
+    return run_store.claim_round(
+        engine, run_id, boundary_seq, lease_s=lease_s, after_position=-1, cold=True, holder=holder
+    )
 
 
 def expire_lease(engine: Engine, run_id: UUID) -> None:
@@ -164,7 +169,9 @@ def test_later_run_of_a_root_waits_for_the_earlier_one(engine: Engine) -> None:
     next_run = round_store.commit_round(engine, record(c1))
     assert next_run == second.run_id
     # The Root's next run reads the messages the first one wrote (a warm claim loads the delta).
-    c2 = run_store.claim_round(engine, second.run_id, 0, lease_s=30, after_position=0, cold=False)
+    c2 = run_store.claim_round(
+        engine, second.run_id, 0, lease_s=30, after_position=0, cold=False, holder=HOLDER
+    )
     assert c2 is not None and [p for p, _, _ in c2.new_messages] == [1]
     assert c2.input is None and c2.config is None  # warm claims do not ship the config again
 

@@ -83,6 +83,32 @@ def test_known_failpoints_are_parsed_from_a_comma_separated_list(monkeypatch: py
     assert frozenset({"after_commit", "in_tool"}) <= FAILPOINTS
 
 
+def test_a_failpoint_may_be_scoped_to_one_owners_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker import failpoints
+
+    monkeypatch.setenv("AIDAWORK_FAILPOINTS", "after_model_call@team-poison,after_commit")
+    settings = load_settings()
+    assert settings.failpoint_set == frozenset({"after_model_call@team-poison", "after_commit"})
+    exits: list[int] = []
+    monkeypatch.setattr(failpoints, "get_settings", lambda: settings)
+    monkeypatch.setattr(failpoints.os, "_exit", exits.append)
+
+    failpoints.hit("after_model_call", owner="team-healthy")
+    failpoints.hit("after_model_call")
+    assert exits == []
+    failpoints.hit("after_model_call", owner="team-poison")
+    failpoints.hit("after_commit", owner="team-healthy")  # unscoped: every run
+    assert exits == [failpoints.EXIT_CODE, failpoints.EXIT_CODE]
+
+
+def test_a_scoped_failpoint_with_an_unknown_name_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIDAWORK_FAILPOINTS", "after_modle_call@team-poison")
+
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert "after_modle_call" in str(info.value)
+
+
 def test_worker_beat_and_api_need_the_secret_unless_in_development(monkeypatch: pytest.MonkeyPatch) -> None:
     problem = load_settings().secret_problem()
     assert problem is not None and "AIDAWORK_SECRET_KEY" in problem and "AIDAWORK_DEV" in problem

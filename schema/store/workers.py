@@ -1,0 +1,80 @@
+"""The registry of worker processes: each registers once, heartbeats with its leases
+(``schema.store.leases.extend_leases``) whether it holds rounds or not, and says when it
+stops. A registered worker whose heartbeat is older than a lease and that never said it
+stopped has died (SIGKILL, OOM, a lost node).
+
+It exists to tell a round's fault from the cluster's: a claim excuses the death of the
+round's holder when a worker that never held the round died around the same time
+(``DEATH_ELSEWHERE`` below, used by the claim in ``schema.store.runs``). A poison round
+kills only the workers that run it; a storm of kills, a lost node or an OOM wave kills
+workers whatever they run.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID, uuid4
+
+from sqlalchemy import Connection, Engine, text
+
+from schema.store.tx import run_transaction
+
+# How near in time another worker's death must be to the holder's to be the same loss.
+# A death is dated by the worker's last heartbeat; two leases either side spans several
+# kills of a storm that kills every half lease, even when some of its victims died too
+# early to have registered (still booting).
+DEATH_WINDOW_LEASES = 2
+
+# Evaluated in the claim's UPDATE of ``runs``, on the row as it was before the claim, whose
+# last holder (the last of ``round_holders``) died executing the round: some registered
+# worker that never held the round died (no heartbeat for a lease, no stop) within
+# DEATH_WINDOW_LEASES leases of that holder's last heartbeat. A holder missing from the
+# registry, or a worker that stopped on purpose, excuses nothing.
+DEATH_ELSEWHERE = f"""
+    EXISTS (SELECT 1 FROM workers AS holder, workers AS w
+            WHERE holder.id = runs.round_holders[cardinality(runs.round_holders)]
+              AND w.stopped_at IS NULL
+              AND w.heartbeat_at < now() - make_interval(secs => :lease_s)
+              AND w.heartbeat_at BETWEEN holder.heartbeat_at - make_interval(secs => {DEATH_WINDOW_LEASES} * :lease_s)
+                                     AND holder.heartbeat_at + make_interval(secs => {DEATH_WINDOW_LEASES} * :lease_s)
+              AND w.id <> ALL(runs.round_holders))
+"""
+
+# Rows of workers dead or stopped this long ago say nothing about any claim still to come.
+FORGET_AFTER_S = 86_400.0
+
+
+def register_worker(engine: Engine, name: str) -> UUID:
+    """Add this process to the registry; its heartbeat starts now."""
+    worker_id = uuid4()
+
+    def _txn(conn: Connection) -> None:
+        conn.execute(
+            text("INSERT INTO workers (id, name) VALUES (:id, :name) ON CONFLICT (id) DO NOTHING"),
+            {"id": worker_id, "name": name},
+        )
+
+    run_transaction(engine, _txn, name="register_worker", single_statement=True)
+    return worker_id
+
+
+def stop_worker(engine: Engine, worker_id: UUID) -> None:
+    """This process is stopping on purpose (a warm shutdown, a deploy): its silence from
+    now on is no evidence of anything."""
+
+    def _txn(conn: Connection) -> None:
+        conn.execute(text("UPDATE workers SET stopped_at = now() WHERE id = :id"), {"id": worker_id})
+
+    run_transaction(engine, _txn, name="stop_worker", single_statement=True)
+
+
+def forget_old_workers(engine: Engine, *, older_than_s: float = FORGET_AFTER_S) -> int:
+    """Delete the rows of workers silent for longer than ``older_than_s`` (the reconciler
+    calls this), so the registry holds roughly the workers of the last day."""
+
+    def _txn(conn: Connection) -> int:
+        result = conn.execute(
+            text("DELETE FROM workers WHERE heartbeat_at < now() - make_interval(secs => :s)"), {"s": older_than_s}
+        )
+        return int(result.rowcount)
+
+    return run_transaction(engine, _txn, name="forget_old_workers", single_statement=True)

@@ -41,6 +41,18 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._worker_id: UUID | None = None
+        self._unreleased: dict[UUID, int] = {}
+
+    def remember_unreleased(self, run_id: UUID, fence: int) -> None:
+        """A claim this process gave up for an unavailable dependency but could not release
+        (the database was down): its next claim of the run may take it back at once,
+        without waiting for the lease to run out and without spending an attempt."""
+        with self._lock:
+            self._unreleased[run_id] = fence
+
+    def take_unreleased(self, run_id: UUID) -> int | None:
+        with self._lock:
+            return self._unreleased.pop(run_id, None)
 
     @property
     def worker_id(self) -> UUID:

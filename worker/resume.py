@@ -68,6 +68,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
         cold=memory is None,
         holder=ctx.leases.worker_id,
         resume_of=[r.invocation_id for r in resumes],
+        held_fence=ctx.leases.take_unreleased(run_id),
     )
     if claim is None:
         log_refused_claim(ctx, run_id, boundary_seq, resume=True)

@@ -105,6 +105,7 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
         after_position=memory.last_position if memory else -1,
         cold=memory is None,
         holder=ctx.leases.worker_id,
+        held_fence=ctx.leases.take_unreleased(task.run_id),
     )
     if claim is None:
         log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False)
@@ -172,10 +173,13 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
         # Give the run back at once rather than at lease expiry; a lost fence makes this a
         # no-op. With the database down the release fails too: the original error is the
         # one that matters (it decides the retry), and the lease expires on its own.
+        at_fault = round_at_fault(exc)
         try:
-            lease_store.release_lease(ctx.engine, claim.run_id, claim.fence, round_at_fault=round_at_fault(exc))
+            lease_store.release_lease(ctx.engine, claim.run_id, claim.fence, round_at_fault=at_fault)
         except Exception as release_error:
             log.warning("lease_release_failed", error=type(release_error).__name__)
+            if not at_fault:  # the retried task, if this process gets it, takes the claim back
+                ctx.leases.remember_unreleased(claim.run_id, claim.fence)
         raise
 
     return _after_commit(ctx, claim, memory, result, next_run_id)

@@ -50,7 +50,9 @@ WITH claimed AS (
     -- raised): that is an attempt of the round. A claim alone is not, and neither is a
     -- death while a worker that never held the round died too: that is the cluster losing
     -- workers, not the round killing them (its lease ran out; a release is never excused).
-    round_attempts = round_attempts + CASE WHEN execution_fence = claim_fence THEN
+    -- Nor is this worker taking back a claim it still holds, which it gave up for an
+    -- unavailable database and could not release (held_fence).
+    round_attempts = round_attempts + CASE WHEN execution_fence = claim_fence AND claim_fence <> :held_fence THEN
         CASE WHEN lease_expires_at IS NOT NULL AND {DEATH_ELSEWHERE} THEN 0 ELSE 1 END
       ELSE 0 END,
     execution_fence = {execution_fence},
@@ -61,7 +63,7 @@ WITH claimed AS (
     updated_at = now()
   WHERE id = :run_id AND boundary_seq = :boundary_seq
     AND status IN ('queued', 'running')
-    AND (lease_expires_at IS NULL OR lease_expires_at < now())
+    AND (lease_expires_at IS NULL OR lease_expires_at < now() OR claim_fence = :held_fence)
     AND NOT {_EARLIER_ACTIVE.format(alias="runs")}
     AND {guard}
   RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims,
@@ -153,6 +155,7 @@ def claim_round(
     cold: bool,
     holder: UUID,
     resume_of: list[str] | None = None,
+    held_fence: int | None = None,
 ) -> Claim | None:
     """Claim the run for round ``boundary_seq`` (or, with ``resume_of``, for resuming the
     suspended calls with those invocation ids) for the worker process ``holder``
@@ -163,6 +166,8 @@ def claim_round(
         "boundary_seq": boundary_seq,
         "lease_s": lease_s,
         "holder": holder,
+        # A fence is never negative: -1 matches no run.
+        "held_fence": -1 if held_fence is None else held_fence,
         "after_position": after_position,
         "cold": cold,
     }

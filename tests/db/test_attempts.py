@@ -157,3 +157,26 @@ def test_a_resume_starts_executing_at_its_claim(ctx: Any) -> None:
     expire_lease(ctx.engine, run_id)
     second = claim_resume()
     assert second is not None and second.attempt == 2
+
+
+def test_a_worker_takes_back_a_claim_it_could_not_release_at_once_and_for_free(engine: Engine) -> None:
+    # The database went away mid-round: the round gave up (not its fault), and its
+    # release failed too, so the lease is still live and the execution mark still set.
+    from schema.store import runs as run_store
+
+    run = submit(engine)
+    c = claim(engine, run.run_id)
+    assert c is not None
+    start_execution(engine, c)
+
+    assert claim(engine, run.run_id) is None  # anyone else waits for the lease
+    other_fence = run_store.claim_round(
+        engine, run.run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, held_fence=c.fence + 7
+    )
+    assert other_fence is None  # a fence this process never held takes nothing
+    again = run_store.claim_round(
+        engine, run.run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, held_fence=c.fence
+    )
+    assert again is not None and again.fence == c.fence + 1
+    assert again.attempt == c.attempt  # giving up for an outage spent nothing
+    assert run_row(engine, run.run_id)["round_attempts"] == 0

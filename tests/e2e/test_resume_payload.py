@@ -8,28 +8,15 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from uuid import uuid4
 
 import redis
 
 from tests.conftest import BROKER_URL, Cluster, scripted_request, wait_until
 from tests.db.test_resume_refusals import assert_unchanged, snapshot
 from tests.e2e.helpers import events, wait_ready, wait_terminal
+from tests.unit.test_refusal_points import RESUME
 from worker import client
 from worker.app import RESUME_ROUND_TASK, ROUNDS_QUEUE, app
-
-RESUME = {
-    "run_id": str(uuid4()),
-    "invocation_id": "inv",
-    "boundary_seq": 0,
-    "tool_call_id": "call_0_0",
-    "tool_domain": "local",
-    "args_digest": "d",
-    "work_owner": "team-a",
-    "claim_fence": 1,
-    "round_proof": "p",
-    "proof": "q",
-}
 
 
 def nested(levels: int) -> Any:

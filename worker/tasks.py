@@ -18,8 +18,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from runtime.errors import ModelUnavailable, RequestInvalid
 from runtime.resume import ResumeRefused
 from schema.store.errors import FenceLost
-from schema.store.tx import backoff_s
 from schema.wire import RoundTask
+from schema.wire.retry import RetryPolicy, backoff_s
 from worker.app import RECONCILE_TASK, RESUME_ROUND_TASK, RUN_ROUND_TASK, app
 from worker.bootstrap import get_context
 from worker.logging import bind, clear
@@ -57,6 +57,8 @@ ERROR_DISPOSITION: dict[type[BaseException], OnError] = {
 
 MAX_TRANSIENT_RETRIES = 5
 MAX_UNAVAILABLE_RETRIES = 40  # at most 5 s apart: a few minutes of outage, then the reconciler
+MODEL_RETRY_BACKOFF = RetryPolicy(base_s=1.0, cap_s=60.0)
+UNAVAILABLE_RETRY_BACKOFF = RetryPolicy(base_s=0.5, cap_s=5.0)
 
 
 def disposition_of(exc: BaseException) -> OnError | None:
@@ -94,11 +96,11 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
                 return "dropped"
             retries = self.request.retries
             if disposition is OnError.RETRY and retries < MAX_TRANSIENT_RETRIES:
-                countdown = 1 + backoff_s(retries + 1, base_s=1.0, cap_s=60.0)
+                countdown = 1 + backoff_s(retries + 1, MODEL_RETRY_BACKOFF)
                 log.warning("round_retried", error=type(exc).__name__, countdown_s=countdown)
                 raise self.retry(exc=exc, countdown=countdown) from exc
             if disposition is OnError.RETRY_SOON and retries < MAX_UNAVAILABLE_RETRIES:
-                countdown = round(0.2 + backoff_s(retries + 1, base_s=0.5, cap_s=5.0), 3)
+                countdown = round(0.2 + backoff_s(retries + 1, UNAVAILABLE_RETRY_BACKOFF), 3)
                 log.warning("round_retried", error=type(exc).__name__, countdown_s=countdown, unavailable=True)
                 raise self.retry(exc=exc, countdown=countdown) from exc
             log.exception("round_crashed")

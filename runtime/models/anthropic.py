@@ -26,13 +26,13 @@ from runtime.models.http import (
     HttpReply,
     JsonPoster,
     ModelResponseInvalid,
-    RetryPolicy,
     SharedClient,
     error_fields,
     token_count,
     tool_result_text,
 )
 from runtime.models.keys import ModelKeys
+from schema.wire.retry import RetryPolicy
 
 PROVIDER = "anthropic"
 ANTHROPIC_VERSION = "2023-06-01"

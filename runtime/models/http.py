@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,6 +40,7 @@ from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.models.keys import ModelKeyMissing, ResolvedKey
 from runtime.models.scrub import scrub, scrub_text
+from schema.wire.retry import RetryPolicy, backoff_s
 
 MAX_PROVIDER_MESSAGE_CHARS = 200
 
@@ -71,32 +71,12 @@ class ModelResponseInvalid(ModelError):
 # --- retries -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retry policy as data. ``max_attempts`` counts the first try. A server asking for a
-    wait longer than ``max_wait_s`` (or past the call's deadline) ends the call at once:
-    the round is retried later by its task instead of holding a thread."""
-
-    max_attempts: int = 4
-    base_s: float = 0.5
-    cap_s: float = 8.0
-    max_wait_s: float = 60.0
-
-
 DEFAULT_RETRY = RetryPolicy()
 RETRYABLE_STATUSES = frozenset({408, 429})
 
 
 def is_retryable_status(status: int) -> bool:
     return status in RETRYABLE_STATUSES or 500 <= status <= 599
-
-
-def backoff_s(attempt: int, policy: RetryPolicy, rand: Callable[[], float] = random.random) -> float:
-    """Exponential backoff with jitter after failed attempt ``attempt`` (1-based): a
-    uniform draw from the upper half of ``base * 2**(attempt-1)``, capped, so that many
-    workers rate-limited at once do not come back in step."""
-    ceiling: float = min(policy.cap_s, policy.base_s * 2.0 ** (attempt - 1))
-    return ceiling * (0.5 + rand() / 2)
 
 
 def retry_after_s(headers: Mapping[str, str], now: datetime | None = None) -> float | None:

@@ -27,13 +27,13 @@ from runtime.models.http import (
     HttpReply,
     JsonPoster,
     ModelResponseInvalid,
-    RetryPolicy,
     SharedClient,
     error_fields,
     token_count,
     tool_result_text,
 )
 from runtime.models.keys import ModelKeys
+from schema.wire.retry import RetryPolicy
 
 PROVIDER = "openai"
 # Phrases OpenAI-compatible servers use when the prompt does not fit the context window.

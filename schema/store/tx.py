@@ -4,7 +4,6 @@ failure (SQLSTATE 40001) or deadlock (40P01), and while the database is unavaila
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -13,6 +12,8 @@ import structlog
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
+
+from schema.wire.retry import RetryPolicy, backoff_s
 
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 # admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
@@ -53,9 +54,10 @@ def sqlstate_of(exc: BaseException) -> str | None:
     return getattr(orig, "sqlstate", None)
 
 
-def backoff_s(attempt: int, base_s: float = 0.01, cap_s: float = 0.5) -> float:
-    """Full-jitter exponential backoff for retry ``attempt`` (1-based)."""
-    return random.uniform(0, min(cap_s, base_s * 2 ** (attempt - 1)))
+# Waits between tries of a transaction: after a conflict (another transaction won), and
+# while the database is unavailable (short, so the round goes on soon after it is back).
+CONFLICT_BACKOFF = RetryPolicy(base_s=0.01, cap_s=0.5)
+UNAVAILABLE_BACKOFF = RetryPolicy(base_s=0.05, cap_s=1.0)
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -114,7 +116,7 @@ def run_transaction(
                 unavailable_since = unavailable_since or now
                 if now - unavailable_since >= unavailable_s:
                     raise
-                delay = backoff_s(min(attempt, 8), base_s=0.05, cap_s=1.0)
+                delay = backoff_s(attempt, UNAVAILABLE_BACKOFF)
                 log.warning("database_unavailable", name=name, attempt=attempt, error=type(exc).__name__,
                             sqlstate=sqlstate_of(exc), delay_s=round(delay, 3))
                 time.sleep(delay)
@@ -123,7 +125,7 @@ def run_transaction(
             sqlstate = sqlstate_of(exc)
             if sqlstate not in RETRYABLE_SQLSTATES or attempt >= max_attempts:
                 raise
-            delay = backoff_s(attempt)
+            delay = backoff_s(attempt, CONFLICT_BACKOFF)
             log.warning("transaction_retried", name=name, attempt=attempt, sqlstate=sqlstate, delay_s=delay)
             time.sleep(delay)
             attempt += 1

@@ -17,11 +17,12 @@ from runtime.config import AnthropicModelConfig, OpenAIModelConfig
 from runtime.deps import build_runtime
 from runtime.errors import RequestInvalid
 from runtime.models.anthropic import AnthropicModel
-from runtime.models.http import RetryPolicy, backoff_s, retry_after_s
+from runtime.models.http import retry_after_s
 from runtime.models.keys import ModelKeys, NamedKey
 from runtime.models.openai_compat import OpenAICompatModel
 from runtime.outcomes import Fail, Finish
 from runtime.prepare import prepare_execution, resolve_and_run
+from schema.wire.retry import RetryPolicy, backoff_s
 from tests.unit.test_provider_server import FakeProvider, add_then_answer
 from worker.settings import SettingsError, load_settings
 

@@ -94,8 +94,8 @@ def step_breakdown(rounds: int = 300) -> dict[str, float]:
     """Where one round's time goes, measured in this process (no Celery receive/ack):
     each store call and the pure loop, in ms per round. Steps whose function this code
     does not have are left out."""
+    from schema.store import claims as claim_store
     from schema.store import rounds as round_store
-    from schema.store import runs as run_store
     from schema.wire import RoundTask
     from worker import client
     from worker import round as round_shell
@@ -116,7 +116,7 @@ def step_breakdown(rounds: int = 300) -> dict[str, float]:
 
         setattr(module, name, wrapper)
 
-    timed(run_store, "claim_round", "claim + context delta (1 statement)")
+    timed(claim_store, "claim_round", "claim + context delta (1 statement)")
     timed(round_store, "record_model_call_started", "ledger before the call (1 statement)")
     timed(round_store, "record_model_call_finished", "ledger after the call (1 statement)")
     timed(round_store, "commit_round", "commit (1 statement)")

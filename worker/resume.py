@@ -21,7 +21,7 @@ from runtime.outcomes import RoundDigests
 from runtime.prepare import invalid_from
 from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
 from runtime.tools import LocalFile, Suspend, ToolInputs
-from schema.store import runs as run_store
+from schema.store import claims as claim_store
 from schema.store.suspensions import SuspensionMaterial, load_suspension
 from schema.wire import OriginalToolRoundResume
 from worker.bootstrap import WorkerContext
@@ -59,7 +59,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
         raise ResumeRefused(run_id, "round_proof", "the suspended round's stored proof does not verify")
 
     memory = ctx.runtime.memory.get(run_id)
-    claim = run_store.claim_round(
+    claim = claim_store.claim_round(
         ctx.engine,
         run_id,
         boundary_seq,

@@ -30,6 +30,7 @@ from runtime.models.base import ModelRequest, ModelResponse
 from runtime.outcomes import Continue, Fail, Finish, RebuildRequired, RoundResult, RunState, Suspended
 from runtime.prepare import prepare_turn
 from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
+from schema.store import claims as claim_store
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
@@ -97,7 +98,7 @@ class LedgerHooks:
 
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     memory = ctx.runtime.memory.get(task.run_id)
-    claim = run_store.claim_round(
+    claim = claim_store.claim_round(
         ctx.engine,
         task.run_id,
         task.boundary_seq,
@@ -116,7 +117,7 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
 def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, resume: bool) -> None:
     """A refused claim of a run that has not ended is worth a warning: the run may be
     waiting for a lease to expire or for the reconciler."""
-    refusal = run_store.explain_refused_claim(ctx.engine, run_id, boundary_seq, resume=resume)
+    refusal = claim_store.explain_refused_claim(ctx.engine, run_id, boundary_seq, resume=resume)
     emit = log.info if refusal.finished else log.warning
     emit("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
 
@@ -267,7 +268,7 @@ def _memory_after_claim(ctx: WorkerContext, memory: RunMemory | None, claim: Cla
     new_messages = claim.new_messages
     if memory is not None and (memory.context_start, memory.summary) != (cp.context_start, cp.summary):
         # Another worker rebuilt the context since this process cached it: start over.
-        new_messages = run_store.load_messages(ctx.engine, claim.root_id, cp.context_start)
+        new_messages = claim_store.load_messages(ctx.engine, claim.root_id, cp.context_start)
         memory = _empty_memory(claim, memory.input, memory.prepared)
     if memory is None:
         assert claim.input is not None and claim.config is not None

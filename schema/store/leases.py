@@ -16,7 +16,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
-from schema.store.runs import _EARLIER_ACTIVE
+from schema.store.roots import earlier_active_sql
 from schema.store.tx import run_transaction
 
 # The same statement is the worker's own heartbeat in the registry (schema.store.workers),
@@ -113,7 +113,7 @@ WITH due AS (
     AND (r.execution_fence IS DISTINCT FROM r.claim_fence
          OR coalesce(r.lease_expires_at, r.updated_at)
             < now() - make_interval(secs => least(:grace_s * (power(2, r.round_attempts) - 1), :max_backoff_s)))
-    AND NOT {_EARLIER_ACTIVE.format(alias="r")}
+    AND NOT {earlier_active_sql("r")}
   ORDER BY r.dispatched_at
   LIMIT :limit
   FOR UPDATE SKIP LOCKED

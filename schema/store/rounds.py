@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, TextClause, text
 from sqlalchemy.exc import IntegrityError
 
 from schema.store.errors import FenceLost, ToolCallIdReused
-from schema.store.runs import _NEXT_IN_ROOT
+from schema.store.roots import next_in_root_sql
 from schema.store.tx import run_transaction
 
 
@@ -47,7 +47,7 @@ WITH upd AS (
   SELECT upd.id, upd.first_event_seq + e.ordinality, e.value->>'kind', e.value->'data'
   FROM upd, jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ordinality)
 )
-SELECT upd.id, CASE WHEN :terminal THEN {_NEXT_IN_ROOT.format(alias="upd")} END AS next_run_id FROM upd
+SELECT upd.id, CASE WHEN :terminal THEN {next_in_root_sql("upd")} END AS next_run_id FROM upd
 """
     )
 

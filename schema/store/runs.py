@@ -1,9 +1,6 @@
-"""Runs: submit, claim, lease, cancel, reconcile, and the status view.
-
-The claim is one statement: it takes the run (fence + 1, a fresh lease) only if the run
-is at the expected boundary, not terminal or suspended, not leased by a live holder,
-and first in its Root's queue; in the same round trip it returns the messages the
-caller's cache does not have yet.
+"""Runs outside their rounds: submit, end (fail a held run, cancel), and the status view.
+(The claim of a run for a round is ``schema.store.claims``; the claim's result types are
+defined here.)
 """
 
 from __future__ import annotations
@@ -13,107 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Connection, Engine, TextClause, text
+from sqlalchemy import Connection, Engine, text
 
-from schema.store.bodies import message_body_sql
 from schema.store.errors import FenceLost, RootNotFound, RunNotFound
+from schema.store.roots import next_in_root_sql
 from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
-from schema.store.workers import DEATH_ELSEWHERE
 from schema.wire import RunRequest, RunStatus, RunView
-
-# Runs that hold their Root's turn: a later run of the Root waits until these end.
-_EARLIER_ACTIVE = """
-    EXISTS (SELECT 1 FROM runs AS earlier
-            WHERE earlier.root_id = {alias}.root_id AND earlier.root_seq < {alias}.root_seq
-              AND earlier.status IN ('queued', 'running', 'suspended'))
-"""
-
-_NEXT_IN_ROOT = """
-    (SELECT n.id FROM runs AS n
-     WHERE n.root_id = {alias}.root_id AND n.root_seq > {alias}.root_seq AND n.status = 'queued'
-     ORDER BY n.root_seq LIMIT 1)
-"""
-
-
-def _claim_sql(guard: str, execution_fence: str) -> TextClause:
-    """The claim statement, with the condition that distinguishes a round from a resume,
-    and whether the claim itself starts the round's execution (a resume's does)."""
-    return text(
-        f"""
-WITH claimed AS (
-  UPDATE runs SET
-    claim_fence = claim_fence + 1,
-    lease_expires_at = now() + make_interval(secs => :lease_s),
-    status = 'running',
-    -- The previous holder's execution started and never finished (it died, or the round
-    -- raised): that is an attempt of the round. A claim alone is not, and neither is a
-    -- death while a worker that never held the round died too: that is the cluster losing
-    -- workers, not the round killing them (its lease ran out; a release is never excused).
-    -- Nor is this worker taking back a claim it still holds, which it gave up for an
-    -- unavailable database and could not release (held_fence).
-    round_attempts = round_attempts + CASE WHEN execution_fence = claim_fence AND claim_fence <> :held_fence THEN
-        CASE WHEN lease_expires_at IS NOT NULL AND {DEATH_ELSEWHERE} THEN 0 ELSE 1 END
-      ELSE 0 END,
-    execution_fence = {execution_fence},
-    round_claims = round_claims + 1,
-    round_holders = array_append(round_holders, CAST(:holder AS uuid)),
-    dispatched_at = now(),
-    started_at = coalesce(started_at, now()),
-    updated_at = now()
-  WHERE id = :run_id AND boundary_seq = :boundary_seq
-    AND status IN ('queued', 'running')
-    AND (lease_expires_at IS NULL OR lease_expires_at < now() OR claim_fence = :held_fence)
-    AND NOT {_EARLIER_ACTIVE.format(alias="runs")}
-    AND {guard}
-  RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims,
-    CASE WHEN :cold THEN input END AS input,
-    CASE WHEN :cold THEN config END AS config
-)
-SELECT claimed.*,
-  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, {message_body_sql()}, {_DURABLE_READS})
-                            ORDER BY m.position),
-                   CAST('[]' AS jsonb))
-   FROM messages AS m
-   WHERE m.root_id = claimed.root_id
-     AND m.position > greatest(:after_position, cp.context_start_position - 1)) AS new_messages,
-  cp.context_start_position, cp.summary, cp.last_build_id, cp.chain_anchor,
-  previous.tool_fingerprint AS previous_fingerprint,
-  coalesce(previous.repeat_count, 0) AS previous_repeat_count,
-  CASE WHEN previous.run_id IS NOT NULL THEN jsonb_build_object(
-    'claim_fence', previous.claim_fence, 'system_digest', previous.system_digest,
-    'messages_digest', previous.messages_digest, 'tools_digest', previous.tools_digest,
-    'accepted_response_digest', previous.accepted_response_digest, 'proof', previous.proof) END AS previous_round
-FROM claimed
-JOIN run_checkpoints AS cp ON cp.run_id = claimed.id
-LEFT JOIN rounds AS previous ON previous.run_id = claimed.id AND previous.boundary_seq = :boundary_seq - 1
-"""
-    )
-
-
-# The bodies of a read_files result are joined in from the durable store, never stored
-# in the message itself.
-_DURABLE_READS = """CASE WHEN m.role = 'tool' AND m.body->>'name' = 'read_files' THEN
-      (SELECT jsonb_object_agg(lr.path, lr.content) FROM local_reads AS lr
-       WHERE lr.run_id = m.run_id AND lr.tool_call_id = m.body->>'tool_call_id') END"""
-
-# A round stored at the claimed boundary is a suspended one: only its resume may go on.
-# A round's execution starts with its first ledger row (schema.store.rounds).
-CLAIM_ROUND_SQL = _claim_sql(
-    "NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq)",
-    execution_fence="NULL",
-)
-# A resume claims only the very suspension it was checked against: the suspended round is
-# there, and its suspended calls are exactly those (their ids change with every claim).
-CLAIM_RESUME_SQL = _claim_sql(
-    """EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq
-                 AND r.outcome = 'suspend')
-    AND (SELECT array_agg(ti.invocation_id ORDER BY ti.invocation_id) FROM tool_invocations AS ti
-         WHERE ti.run_id = runs.id AND ti.boundary_seq = runs.boundary_seq AND ti.status = 'suspended')
-        = CAST(:invocation_ids AS text[])""",
-    # A resume calls no model: it runs the suspended tool calls right after its claim.
-    execution_fence="claim_fence + 1",
-)
 
 
 @dataclass(frozen=True)
@@ -143,115 +46,6 @@ class Claim:
     previous_repeat_count: int
     previous_round: dict[str, Any] | None  # the previous round's projection fields and proof
     checkpoint: Checkpoint
-
-
-def claim_round(
-    engine: Engine,
-    run_id: UUID,
-    boundary_seq: int,
-    *,
-    lease_s: float,
-    after_position: int,
-    cold: bool,
-    holder: UUID,
-    resume_of: list[str] | None = None,
-    held_fence: int | None = None,
-) -> Claim | None:
-    """Claim the run for round ``boundary_seq`` (or, with ``resume_of``, for resuming the
-    suspended calls with those invocation ids) for the worker process ``holder``
-    (``schema.store.workers``); ``None`` when it is not claimable (already done, leased by
-    another holder, not its Root's turn, or gone)."""
-    params = {
-        "run_id": run_id,
-        "boundary_seq": boundary_seq,
-        "lease_s": lease_s,
-        "holder": holder,
-        # A fence is never negative: -1 matches no run.
-        "held_fence": -1 if held_fence is None else held_fence,
-        "after_position": after_position,
-        "cold": cold,
-    }
-    statement = CLAIM_ROUND_SQL
-    if resume_of is not None:
-        statement, params["invocation_ids"] = CLAIM_RESUME_SQL, sorted(resume_of)
-
-    def _txn(conn: Connection) -> Claim | None:
-        row = conn.execute(statement, params).one_or_none()
-        if row is None:
-            return None
-        return Claim(
-            run_id=row.id,
-            root_id=row.root_id,
-            owner=row.owner,
-            fence=row.claim_fence,
-            boundary_seq=boundary_seq,
-            attempt=row.attempt,
-            claims=row.round_claims,
-            input=row.input,
-            config=row.config,
-            new_messages=[(p, b, reads) for p, b, reads in row.new_messages],
-            previous_fingerprint=row.previous_fingerprint,
-            previous_repeat_count=row.previous_repeat_count,
-            previous_round=row.previous_round,
-            checkpoint=Checkpoint(row.context_start_position, row.summary, row.last_build_id, row.chain_anchor),
-        )
-
-    return run_transaction(engine, _txn, name="claim_round", single_statement=True)
-
-
-def load_messages(engine: Engine, root_id: UUID, from_position: int) -> list[tuple[int, dict[str, Any], Any]]:
-    """The Root's messages from a position, as the claim returns them (a worker whose
-    cached context predates a rebuild made elsewhere reloads with this)."""
-    with engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                f"SELECT m.position, {message_body_sql()} AS body, {_DURABLE_READS} AS reads FROM messages AS m "
-                "WHERE m.root_id = :root AND m.position >= :start ORDER BY m.position"
-            ),
-            {"root": root_id, "start": from_position},
-        )
-        return [(r.position, r.body, r.reads) for r in rows]
-
-
-_DESCRIBE_SQL = text(
-    f"""
-SELECT r.status, r.boundary_seq, r.claim_fence, coalesce(r.lease_expires_at > now(), false) AS leased,
-  {_EARLIER_ACTIVE.format(alias="r")} AS earlier_active,
-  EXISTS (SELECT 1 FROM rounds AS s WHERE s.run_id = r.id AND s.boundary_seq = r.boundary_seq) AS round_stored
-FROM runs AS r WHERE r.id = :run_id
-"""
-)
-
-
-@dataclass(frozen=True)
-class ClaimRefusal:
-    """Why a claim matched no row, read right after it (outside the hot path)."""
-
-    finished: bool  # the run has ended: a late delivery, nothing is wrong
-    reason: str
-    run: dict[str, Any] | None
-
-
-def explain_refused_claim(engine: Engine, run_id: UUID, boundary_seq: int, *, resume: bool) -> ClaimRefusal:
-    """The first condition of the claim that the run fails now. ``changed_since_claim``
-    when it meets them all again (it changed between the claim and this read)."""
-    with engine.connect() as conn:
-        row = conn.execute(_DESCRIBE_SQL, {"run_id": run_id}).one_or_none()
-    if row is None:
-        return ClaimRefusal(False, "run_not_found", None)
-    run = dict(row._mapping)
-    if RunStatus(row.status).terminal:
-        return ClaimRefusal(True, "run_ended", run)
-    checks = [
-        (row.boundary_seq != boundary_seq, "run_at_another_boundary"),
-        (row.status == RunStatus.SUSPENDED, "run_suspended"),
-        (row.leased, "leased_by_live_holder"),
-        (row.earlier_active, "earlier_run_of_root_active"),
-        (row.round_stored and not resume, "round_awaits_resume"),
-        (resume and not row.round_stored, "suspended_round_gone"),
-    ]
-    reason = next((why for failed, why in checks if failed), "changed_since_claim")
-    return ClaimRefusal(False, reason, run)
 
 
 # --- submit -------------------------------------------------------------------------------
@@ -340,7 +134,7 @@ WITH upd AS (
   INSERT INTO run_events (run_id, seq, kind, data)
   SELECT id, event_seq, :event_kind, CAST(:event_data AS jsonb) FROM upd
 )
-SELECT upd.id, {_NEXT_IN_ROOT.format(alias="upd")} AS next_run_id FROM upd
+SELECT upd.id, {next_in_root_sql("upd")} AS next_run_id FROM upd
 """
 )
 

@@ -5,7 +5,7 @@ stopped has died (SIGKILL, OOM, a lost node).
 
 It exists to tell a round's fault from the cluster's: a claim excuses the death of the
 round's holder when a worker that never held the round died around the same time
-(``DEATH_ELSEWHERE`` below, used by the claim in ``schema.store.runs``). A poison round
+(``DEATH_ELSEWHERE`` below, used by the claim in ``schema.store.claims``). A poison round
 kills only the workers that run it; a storm of kills, a lost node or an OOM wave kills
 workers whatever they run.
 """

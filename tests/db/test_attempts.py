@@ -140,13 +140,13 @@ def test_round_claimed_too_often_without_ever_executing_fails_the_run(ctx: Any) 
 def test_a_resume_starts_executing_at_its_claim(ctx: Any) -> None:
     # A resume calls no model: its claim marks the execution, so a resume that kills its
     # worker spends attempts like any round.
-    from schema.store import runs as run_store
+    from schema.store import claims as claim_store
     from tests.db.test_resume_refusals import ready_read_one
 
     run_id, resumes = ready_read_one(ctx)
 
     def claim_resume() -> Claim | None:
-        return run_store.claim_round(
+        return claim_store.claim_round(
             ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER,
             resume_of=[r.invocation_id for r in resumes],
         )
@@ -162,7 +162,7 @@ def test_a_resume_starts_executing_at_its_claim(ctx: Any) -> None:
 def test_a_worker_takes_back_a_claim_it_could_not_release_at_once_and_for_free(engine: Engine) -> None:
     # The database went away mid-round: the round gave up (not its fault), and its
     # release failed too, so the lease is still live and the execution mark still set.
-    from schema.store import runs as run_store
+    from schema.store import claims as claim_store
 
     run = submit(engine)
     c = claim(engine, run.run_id)
@@ -170,11 +170,11 @@ def test_a_worker_takes_back_a_claim_it_could_not_release_at_once_and_for_free(e
     start_execution(engine, c)
 
     assert claim(engine, run.run_id) is None  # anyone else waits for the lease
-    other_fence = run_store.claim_round(
+    other_fence = claim_store.claim_round(
         engine, run.run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, held_fence=c.fence + 7
     )
     assert other_fence is None  # a fence this process never held takes nothing
-    again = run_store.claim_round(
+    again = claim_store.claim_round(
         engine, run.run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, held_fence=c.fence
     )
     assert again is not None and again.fence == c.fence + 1

@@ -19,8 +19,8 @@ from runtime.rebuild import (
     deterministic_summary,
     prepare_model_rebuild_candidate,
 )
+from schema.store import claims as claim_store
 from schema.store import rebuilds as rebuild_store
-from schema.store import runs as run_store
 from schema.store.errors import FenceLost
 from schema.store.runs import Claim
 from schema.store.tx import RETRYABLE_SQLSTATES, sqlstate_of
@@ -39,7 +39,7 @@ def held_run(ctx: Any, rounds: int = ROUNDS) -> Claim:
     run_id = client.submit(scripted_request([*turns, {"content": "done"}]), ctx=ctx).run_id
     for boundary in range(rounds):
         execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=boundary))
-    claim = run_store.claim_round(
+    claim = claim_store.claim_round(
         ctx.engine, run_id, rounds, lease_s=60, after_position=-1, cold=True, holder=HOLDER
     )
     assert claim is not None

@@ -26,7 +26,7 @@ from runtime.deps import DEV_SECRET
 from runtime.loop import drive_react_loop
 from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection, ProjectionRefused, ProofAuthority
 from runtime.resume import CHECKED_FIELDS, ResumeRefused
-from schema.store import runs as run_store
+from schema.store import claims as claim_store
 from schema.store.bodies import message_body_sql
 from schema.store.suspensions import DeliveryRefused, pending_resumes
 from schema.wire import OriginalToolRoundResume, RoundTask, RunStatus
@@ -348,7 +348,7 @@ def test_a_stale_resume_whose_suspension_another_claim_resumed_in_between_is_dro
     """The resume passes its checks, then, before it claims, another holder resumes the
     same suspension and commits. The late claim must find nothing to claim."""
     run_id, resumes = ready_read_and_count(ctx)
-    original_claim = run_store.claim_round
+    original_claim = claim_store.claim_round
     state: dict[str, Any] = {}
 
     def claim_after_another_resume(*args: Any, **kwargs: Any) -> Any:
@@ -358,7 +358,7 @@ def test_a_stale_resume_whose_suspension_another_claim_resumed_in_between_is_dro
             state["after_other"] = snapshot(ctx)
         return original_claim(*args, **kwargs)
 
-    monkeypatch.setattr(run_store, "claim_round", claim_after_another_resume)
+    monkeypatch.setattr(claim_store, "claim_round", claim_after_another_resume)
     assert execute_resume(ctx, resumes) is RoundDisposition.DROPPED
     assert state["other"] is RoundDisposition.COMMITTED
     assert_unchanged(ctx, state["after_other"], "the stale resume")
@@ -396,7 +396,7 @@ def test_the_resume_claim_takes_only_the_very_suspension_it_names(ctx) -> None:
     before = snapshot(ctx)
 
     def claim(resume_of: list[str] | None) -> Any:
-        return run_store.claim_round(
+        return claim_store.claim_round(
             ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, resume_of=resume_of
         )
 
@@ -596,7 +596,7 @@ def test_a_result_whose_projection_this_process_did_not_issue_is_not_recorded(ct
     proofs = ctx.runtime.base.proofs
     for what, tamper in PROJECTION_TAMPERS.items():
         run_id = submit(ctx, READ_ONE, ["read_files"])
-        claim = run_store.claim_round(ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
+        claim = claim_store.claim_round(ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
         assert claim is not None
         seen: dict[str, Any] = {}
 
@@ -690,7 +690,7 @@ def test_delivered_file_bodies_live_in_local_reads_only_and_the_model_still_sees
 
     # Round 1 on a cold worker: the claim joins the bodies in from the durable store.
     ctx.runtime.memory.discard(run_id)
-    claim = run_store.claim_round(ctx.engine, run_id, 1, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
+    claim = claim_store.claim_round(ctx.engine, run_id, 1, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
     assert claim is not None
     seen: dict[str, Any] = {}
 

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, text
 
 from runtime.deps import build_runtime
 from runtime.prepare import prepare_execution
+from schema.store import claims as claim_store
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
@@ -32,7 +33,7 @@ def submit(engine: Engine, **kwargs: Any) -> Submitted:
 def claim(
     engine: Engine, run_id: UUID, boundary_seq: int = 0, lease_s: float = 30, holder: UUID = HOLDER
 ) -> Claim | None:
-    return run_store.claim_round(
+    return claim_store.claim_round(
         engine, run_id, boundary_seq, lease_s=lease_s, after_position=-1, cold=True, holder=holder
     )
 
@@ -169,7 +170,7 @@ def test_later_run_of_a_root_waits_for_the_earlier_one(engine: Engine) -> None:
     next_run = round_store.commit_round(engine, record(c1))
     assert next_run == second.run_id
     # The Root's next run reads the messages the first one wrote (a warm claim loads the delta).
-    c2 = run_store.claim_round(
+    c2 = claim_store.claim_round(
         engine, second.run_id, 0, lease_s=30, after_position=0, cold=False, holder=HOLDER
     )
     assert c2 is not None and [p for p, _, _ in c2.new_messages] == [1]

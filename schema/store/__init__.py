@@ -1,2 +1,15 @@
-"""All SQL of the project, split by concern. Each public function is one transaction
-(through ``tx.run_transaction``) around an inner ``_txn(conn, ...)`` that never commits."""
+"""All SQL of the project, split by concern. Each public function that writes is one
+transaction (through ``tx.run_transaction``) around a module-level ``<verb>_txn(conn, ...)``
+that never commits, so a caller can compose several of them in one transaction of its own.
+
+- ``runs``: submit a run, end it outside a round (fail a held run, cancel), its view
+- ``claims``: the claim of a run for a round or a resume, and why a claim was refused
+- ``rounds``: the model-call ledger and the one-statement commit of a round
+- ``suspensions``: what a suspended round waits for, deliveries, what a resume needs
+- ``rebuilds``: context rebuilds (reservation, candidate, admission)
+- ``leases``: heartbeat, release, and the reconciler's query
+- ``workers``: the registry of worker processes
+- ``owners``, ``events``: reads (owner-scoped for the HTTP API; a run's event log)
+- ``roots``, ``bodies``: named SQL fragments (a Root's order; a message or event as read)
+- ``tx``: the engine and the one transaction retry helper
+"""

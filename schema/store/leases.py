@@ -33,40 +33,62 @@ RETURNING runs.id
 )
 
 
+def release_lease_txn(conn: Connection, run_id: UUID, fence: int, *, round_at_fault: bool) -> bool:
+    result = conn.execute(
+        text(
+            "UPDATE runs SET lease_expires_at = NULL, updated_at = now(), "
+            "  execution_fence = CASE WHEN :at_fault THEN execution_fence END "
+            "WHERE id = :run_id AND claim_fence = :fence AND status = 'running'"
+        ),
+        {"run_id": run_id, "fence": fence, "at_fault": round_at_fault},
+    )
+    return result.rowcount == 1
+
+
 def release_lease(engine: Engine, run_id: UUID, fence: int, *, round_at_fault: bool) -> bool:
     """Give up a claim without committing a round (the round failed with an error).
     The run is redelivered by the reconciler. ``round_at_fault``: the round itself raised
     (a bug), so its started execution still counts as an attempt at the next claim;
     otherwise (a dependency was unavailable) the execution is forgotten."""
+    return run_transaction(
+        engine,
+        lambda conn: release_lease_txn(conn, run_id, fence, round_at_fault=round_at_fault),
+        name="release_lease",
+        single_statement=True,
+    )
 
-    def _txn(conn: Connection) -> bool:
-        result = conn.execute(
-            text(
-                "UPDATE runs SET lease_expires_at = NULL, updated_at = now(), "
-                "  execution_fence = CASE WHEN :at_fault THEN execution_fence END "
-                "WHERE id = :run_id AND claim_fence = :fence AND status = 'running'"
-            ),
-            {"run_id": run_id, "fence": fence, "at_fault": round_at_fault},
-        )
-        return result.rowcount == 1
 
-    return run_transaction(engine, _txn, name="release_lease", single_statement=True)
+def dispatch_failed_txn(conn: Connection, run_id: UUID) -> None:
+    conn.execute(
+        text(
+            "UPDATE runs SET dispatched_at = '-infinity' "
+            "WHERE id = :run_id AND status IN ('queued', 'running', 'suspended')"
+        ),
+        {"run_id": run_id},
+    )
 
 
 def dispatch_failed(engine: Engine, run_id: UUID) -> None:
     """The task for this run could not be sent (the broker is down): make the run due for
     the reconciler's next pass at once, instead of after the dispatch grace."""
+    run_transaction(
+        engine, lambda conn: dispatch_failed_txn(conn, run_id), name="dispatch_failed", single_statement=True
+    )
 
-    def _txn(conn: Connection) -> None:
-        conn.execute(
-            text(
-                "UPDATE runs SET dispatched_at = '-infinity' "
-                "WHERE id = :run_id AND status IN ('queued', 'running', 'suspended')"
-            ),
-            {"run_id": run_id},
-        )
 
-    run_transaction(engine, _txn, name="dispatch_failed", single_statement=True)
+def extend_leases_txn(
+    conn: Connection, holdings: list[tuple[UUID, int]], lease_s: float, *, worker_id: UUID | None = None
+) -> set[UUID]:
+    rows = conn.execute(
+        EXTEND_LEASES_SQL,
+        {
+            "ids": [r for r, _ in holdings],
+            "fences": [f for _, f in holdings],
+            "lease_s": lease_s,
+            "worker_id": worker_id,
+        },
+    )
+    return {row.id for row in rows}
 
 
 def extend_leases(
@@ -79,19 +101,12 @@ def extend_leases(
     if not holdings and worker_id is None:
         return set()
 
-    def _txn(conn: Connection) -> set[UUID]:
-        rows = conn.execute(
-            EXTEND_LEASES_SQL,
-            {
-                "ids": [r for r, _ in holdings],
-                "fences": [f for _, f in holdings],
-                "lease_s": lease_s,
-                "worker_id": worker_id,
-            },
-        )
-        return {row.id for row in rows}
-
-    return run_transaction(engine, _txn, name="extend_leases", single_statement=True)
+    return run_transaction(
+        engine,
+        lambda conn: extend_leases_txn(conn, holdings, lease_s, worker_id=worker_id),
+        name="extend_leases",
+        single_statement=True,
+    )
 
 
 # --- reconcile ------------------------------------------------------------------------------
@@ -125,15 +140,20 @@ RETURNING runs.id, runs.boundary_seq,
 )
 
 
+def due_for_dispatch_txn(conn: Connection, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int, bool]]:
+    result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit, "max_backoff_s": MAX_BACKOFF_S})
+    return [(r.id, r.boundary_seq, r.resume) for r in result]
+
+
 def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int, bool]]:
     """Runs that should be executing but have no live task: their lease expired (a
     crashed or paused worker) or their last task was sent more than ``grace_s`` ago and
     never claimed (a lost message). Marks them dispatched now; the caller sends tasks.
     Each is ``(run_id, boundary_seq, resume)``: ``resume`` when the round at that
     boundary is a suspended one whose inputs have all arrived."""
-
-    def _txn(conn: Connection) -> list[tuple[UUID, int, bool]]:
-        result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit, "max_backoff_s": MAX_BACKOFF_S})
-        return [(r.id, r.boundary_seq, r.resume) for r in result]
-
-    return run_transaction(engine, _txn, name="reconcile", single_statement=True)
+    return run_transaction(
+        engine,
+        lambda conn: due_for_dispatch_txn(conn, grace_s=grace_s, limit=limit),
+        name="reconcile",
+        single_statement=True,
+    )

@@ -115,7 +115,7 @@ class RoundRecord:
     events: list[dict[str, Any]]  # {kind, data}
 
 
-def _commit_txn(conn: Connection, record: RoundRecord) -> UUID | None:
+def commit_round_txn(conn: Connection, record: RoundRecord) -> UUID | None:
     row = conn.execute(
         COMMIT_RESUME_SQL if record.resumed else COMMIT_ROUND_SQL,
         {
@@ -151,7 +151,7 @@ def commit_round(engine: Engine, record: RoundRecord) -> UUID | None:
     nothing. When the run ended, returns the next queued run of its Root (to enqueue)."""
     try:
         return run_transaction(
-            engine, lambda conn: _commit_txn(conn, record), name="commit_round", single_statement=True
+            engine, lambda conn: commit_round_txn(conn, record), name="commit_round", single_statement=True
         )
     except IntegrityError as exc:
         if getattr(getattr(exc.orig, "diag", None), "constraint_name", None) == "uq_tool_invocations_run_id":
@@ -190,28 +190,62 @@ RETURNING mc.stale
 )
 
 
+def record_model_call_started_txn(
+    conn: Connection, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str
+) -> int:
+    call_id = conn.execute(
+        _LEDGER_START_SQL,
+        {
+            "run_id": run_id,
+            "boundary_seq": boundary_seq,
+            "attempt": attempt,
+            "fence": fence,
+            "request_digest": request_digest,
+        },
+    ).scalar_one_or_none()
+    if call_id is None:
+        raise FenceLost(run_id, fence)
+    return int(call_id)
+
+
 def record_model_call_started(
     engine: Engine, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str
 ) -> int:
     """Write the ledger row before calling the model; a holder that lost its fence gets
     ``FenceLost`` here and never pays for the call."""
+    return run_transaction(
+        engine,
+        lambda conn: record_model_call_started_txn(conn, run_id, boundary_seq, attempt, fence, request_digest),
+        name="model_call_started",
+        single_statement=True,
+    )
 
-    def _txn(conn: Connection) -> int:
-        call_id = conn.execute(
-            _LEDGER_START_SQL,
-            {
-                "run_id": run_id,
-                "boundary_seq": boundary_seq,
-                "attempt": attempt,
-                "fence": fence,
-                "request_digest": request_digest,
-            },
-        ).scalar_one_or_none()
-        if call_id is None:
-            raise FenceLost(run_id, fence)
-        return int(call_id)
 
-    return run_transaction(engine, _txn, name="model_call_started", single_statement=True)
+def record_model_call_finished_txn(
+    conn: Connection,
+    call_id: int,
+    run_id: UUID,
+    fence: int,
+    *,
+    response_digest: str | None,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    error_code: str | None,
+) -> bool | None:
+    stale = conn.execute(
+        _LEDGER_FINISH_SQL,
+        {
+            "call_id": call_id,
+            "run_id": run_id,
+            "fence": fence,
+            "status": "failed" if error_code else "succeeded",
+            "response_digest": response_digest,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "error_code": error_code,
+        },
+    ).scalar_one_or_none()
+    return None if stale is None else bool(stale)
 
 
 def record_model_call_finished(
@@ -229,23 +263,20 @@ def record_model_call_finished(
     the spend is on record even if the round never commits. A holder that has lost its
     fence records its call all the same, marked ``stale``, and then gets ``FenceLost``
     (its round can never commit, so it stops here)."""
-
-    def _txn(conn: Connection) -> bool | None:
-        stale = conn.execute(
-            _LEDGER_FINISH_SQL,
-            {
-                "call_id": call_id,
-                "run_id": run_id,
-                "fence": fence,
-                "status": "failed" if error_code else "succeeded",
-                "response_digest": response_digest,
-                "input_tokens": input_tokens,
-                "output_tokens": output_tokens,
-                "error_code": error_code,
-            },
-        ).scalar_one_or_none()
-        return None if stale is None else bool(stale)
-
-    stale = run_transaction(engine, _txn, name="model_call_finished", single_statement=True)
+    stale = run_transaction(
+        engine,
+        lambda conn: record_model_call_finished_txn(
+            conn,
+            call_id,
+            run_id,
+            fence,
+            response_digest=response_digest,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            error_code=error_code,
+        ),
+        name="model_call_finished",
+        single_statement=True,
+    )
     if stale is None or stale:  # None: not this holder's started call; nothing was written
         raise FenceLost(run_id, fence)

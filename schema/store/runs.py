@@ -58,65 +58,63 @@ class Submitted:
     root_seq: int
 
 
+def submit_run_txn(conn: Connection, request: RunRequest, config: dict[str, Any]) -> Submitted:
+    run_id = uuid4()
+    if request.root_id is None:
+        root_id, root_seq = uuid4(), 0
+        conn.execute(
+            text("INSERT INTO roots (id, owner, next_run_seq) VALUES (:id, :owner, 1)"),
+            {"id": root_id, "owner": request.owner},
+        )
+    else:
+        root_id = request.root_id
+        # Locks the Root row, so concurrent submits to one Root get distinct seqs in order.
+        seq = conn.execute(
+            text(
+                "UPDATE roots SET next_run_seq = next_run_seq + 1 WHERE id = :id AND owner = :owner "
+                "RETURNING next_run_seq - 1"
+            ),
+            {"id": root_id, "owner": request.owner},
+        ).scalar_one_or_none()
+        if seq is None:
+            raise RootNotFound(root_id, request.owner)
+        root_seq = int(seq)
+    conn.execute(
+        text(
+            "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq) "
+            "VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1)"
+        ),
+        {
+            "id": run_id,
+            "root_id": root_id,
+            "root_seq": root_seq,
+            "owner": request.owner,
+            "input": request.input,
+            "config": json.dumps(config),
+        },
+    )
+    # A later run of a Root starts from the context its predecessor rebuilt, if any.
+    conn.execute(
+        text(
+            "INSERT INTO run_checkpoints (run_id, context_start_position, summary) "
+            "SELECT :id, coalesce(prev.context_start_position, 0), prev.summary "
+            "FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
+            "  SELECT cp.context_start_position, cp.summary FROM run_checkpoints cp JOIN runs r ON r.id = cp.run_id"
+            "  WHERE r.root_id = :root AND r.root_seq < :seq ORDER BY r.root_seq DESC LIMIT 1) AS prev ON true"
+        ),
+        {"id": run_id, "root": root_id, "seq": root_seq},
+    )
+    conn.execute(
+        text("INSERT INTO run_events (run_id, seq, kind, data) VALUES (:id, 1, 'run_queued', CAST(:data AS jsonb))"),
+        {"id": run_id, "data": json.dumps({"root_id": str(root_id), "root_seq": root_seq})},
+    )
+    return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq)
+
+
 def submit_run(engine: Engine, request: RunRequest, config: dict[str, Any]) -> Submitted:
     """Store a validated run (its Root, checkpoint and first event) in one transaction.
     The caller sends the first task only after this commits."""
-
-    def _txn(conn: Connection) -> Submitted:
-        run_id = uuid4()
-        if request.root_id is None:
-            root_id, root_seq = uuid4(), 0
-            conn.execute(
-                text("INSERT INTO roots (id, owner, next_run_seq) VALUES (:id, :owner, 1)"),
-                {"id": root_id, "owner": request.owner},
-            )
-        else:
-            root_id = request.root_id
-            # Locks the Root row, so concurrent submits to one Root get distinct seqs in order.
-            seq = conn.execute(
-                text(
-                    "UPDATE roots SET next_run_seq = next_run_seq + 1 WHERE id = :id AND owner = :owner "
-                    "RETURNING next_run_seq - 1"
-                ),
-                {"id": root_id, "owner": request.owner},
-            ).scalar_one_or_none()
-            if seq is None:
-                raise RootNotFound(root_id, request.owner)
-            root_seq = int(seq)
-        conn.execute(
-            text(
-                "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq) "
-                "VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1)"
-            ),
-            {
-                "id": run_id,
-                "root_id": root_id,
-                "root_seq": root_seq,
-                "owner": request.owner,
-                "input": request.input,
-                "config": json.dumps(config),
-            },
-        )
-        # A later run of a Root starts from the context its predecessor rebuilt, if any.
-        conn.execute(
-            text(
-                "INSERT INTO run_checkpoints (run_id, context_start_position, summary) "
-                "SELECT :id, coalesce(prev.context_start_position, 0), prev.summary "
-                "FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
-                "  SELECT cp.context_start_position, cp.summary FROM run_checkpoints cp JOIN runs r ON r.id = cp.run_id"
-                "  WHERE r.root_id = :root AND r.root_seq < :seq ORDER BY r.root_seq DESC LIMIT 1) AS prev ON true"
-            ),
-            {"id": run_id, "root": root_id, "seq": root_seq},
-        )
-        conn.execute(
-            text(
-                "INSERT INTO run_events (run_id, seq, kind, data) VALUES (:id, 1, 'run_queued', CAST(:data AS jsonb))"
-            ),
-            {"id": run_id, "data": json.dumps({"root_id": str(root_id), "root_seq": root_seq})},
-        )
-        return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq)
-
-    return run_transaction(engine, _txn, name="submit_run")
+    return run_transaction(engine, lambda conn: submit_run_txn(conn, request, config), name="submit_run")
 
 
 # --- ending a run outside a round ----------------------------------------------------------
@@ -139,6 +137,32 @@ SELECT upd.id, {next_in_root_sql("upd")} AS next_run_id FROM upd
 )
 
 
+def end_run_txn(
+    conn: Connection,
+    run_id: UUID,
+    *,
+    fence: int | None,
+    status: RunStatus,
+    error_code: str,
+    message: str,
+    event_kind: str,
+) -> tuple[bool, UUID | None]:
+    row = conn.execute(
+        _END_RUN_SQL,
+        {
+            "run_id": run_id,
+            "fence": fence,
+            "bump_fence": fence is None,
+            "status": status.value,
+            "error_code": error_code,
+            "error_message": message,
+            "event_kind": event_kind,
+            "event_data": json.dumps({"error_code": error_code, "message": message}),
+        },
+    ).one_or_none()
+    return (False, None) if row is None else (True, row.next_run_id)
+
+
 def _end_run(
     engine: Engine,
     run_id: UUID,
@@ -149,23 +173,14 @@ def _end_run(
     message: str,
     event_kind: str,
 ) -> tuple[bool, UUID | None]:
-    def _txn(conn: Connection) -> tuple[bool, UUID | None]:
-        row = conn.execute(
-            _END_RUN_SQL,
-            {
-                "run_id": run_id,
-                "fence": fence,
-                "bump_fence": fence is None,
-                "status": status.value,
-                "error_code": error_code,
-                "error_message": message,
-                "event_kind": event_kind,
-                "event_data": json.dumps({"error_code": error_code, "message": message}),
-            },
-        ).one_or_none()
-        return (False, None) if row is None else (True, row.next_run_id)
-
-    return run_transaction(engine, _txn, name="end_run", single_statement=True)
+    return run_transaction(
+        engine,
+        lambda conn: end_run_txn(
+            conn, run_id, fence=fence, status=status, error_code=error_code, message=message, event_kind=event_kind
+        ),
+        name="end_run",
+        single_statement=True,
+    )
 
 
 def fail_claimed_run(engine: Engine, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:

@@ -45,16 +45,20 @@ def file_digest(content: str) -> str:
     return hashlib.sha256(content.encode()).hexdigest()
 
 
-_SUSPENDED_CALLS_SQL = text(
-    """
-SELECT ti.tool_call_id, ti.tool_name, ti.tool_domain, ti.args, ti.args_digest, ti.invocation_id,
-       ti.work_owner, ti.claim_fence, ti.proof, ti.suspension, rd.proof AS round_proof,
-       CASE ti.suspension->>'kind'
+# Whether the suspended call ``ti`` has its input: all the files it asked for, or its
+# prerequisite. What a suspended call waits for, and whether a run can resume, both read this.
+_DELIVERED = """CASE ti.suspension->>'kind'
          WHEN 'local_read' THEN (SELECT count(*) FROM local_reads AS lr
                                  WHERE lr.run_id = ti.run_id AND lr.tool_call_id = ti.tool_call_id)
                                 = jsonb_array_length(ti.suspension->'paths')
          ELSE EXISTS (SELECT 1 FROM prerequisites AS p WHERE p.run_id = ti.run_id AND p.key = ti.suspension->>'key')
-       END AS delivered
+       END"""
+
+_SUSPENDED_CALLS_SQL = text(
+    f"""
+SELECT ti.tool_call_id, ti.tool_name, ti.tool_domain, ti.args, ti.args_digest, ti.invocation_id,
+       ti.work_owner, ti.claim_fence, ti.proof, ti.suspension, rd.proof AS round_proof,
+       {_DELIVERED} AS delivered
 FROM runs AS r
 JOIN rounds AS rd ON rd.run_id = r.id AND rd.boundary_seq = r.boundary_seq AND rd.outcome = 'suspend'
 JOIN tool_invocations AS ti ON ti.run_id = r.id AND ti.boundary_seq = r.boundary_seq AND ti.status = 'suspended'
@@ -137,120 +141,129 @@ def _ready_resumes(
     return [_resume_of(run_id, run.boundary_seq, c) for c in calls] if ready else []
 
 
+def deliver_local_read_txn(
+    conn: Connection, run_id: UUID, tool_call_id: str, files: dict[str, str], *, max_file_bytes: int
+) -> Receipt:
+    run = _lock_run(conn, run_id)
+    call = conn.execute(
+        text(
+            "SELECT status, suspension, boundary_seq FROM tool_invocations WHERE run_id = :id AND tool_call_id = :call"
+        ),
+        {"id": run_id, "call": tool_call_id},
+    ).one_or_none()
+    if call is None or call.suspension is None or call.suspension["kind"] != "local_read":
+        raise DeliveryRefused(run_id, f"it is not waiting for files for tool call {tool_call_id!r}", "tool_call_id")
+    asked = list(call.suspension["paths"])
+    if sorted(files) != sorted(asked):
+        raise DeliveryRefused(
+            run_id, f"tool call {tool_call_id!r} asked for paths {sorted(asked)}, got {sorted(files)}", "files"
+        )
+    for path, content in files.items():
+        size = len(content.encode())
+        if size > max_file_bytes:
+            raise DeliveryRefused(
+                run_id,
+                f"{path}: {size} bytes is over the limit of {max_file_bytes} (AIDAWORK_MAX_LOCAL_READ_BYTES)",
+                "files",
+            )
+    digests = {path: file_digest(content) for path, content in files.items()}
+    stored: dict[str, str] = dict(
+        conn.execute(
+            text("SELECT path, digest FROM local_reads WHERE run_id = :id AND tool_call_id = :call"),
+            {"id": run_id, "call": tool_call_id},
+        ).all()
+    )
+    if stored:
+        if stored != digests:
+            raise DeliveryRefused(run_id, f"different content was already delivered for {tool_call_id!r}", "files")
+        return Receipt(stored=False, resumes=[])  # the same delivery again: nothing to do
+    _refuse_if_ended(run_id, run)
+    if call.status != "suspended" or call.boundary_seq != run.boundary_seq:
+        raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} is no longer waiting", "tool_call_id")
+    conn.execute(
+        text(
+            "INSERT INTO local_reads (run_id, tool_call_id, path, content, digest, size_bytes) "
+            "VALUES (:id, :call, :path, :content, :digest, :size)"
+        ),
+        [
+            {
+                "id": run_id,
+                "call": tool_call_id,
+                "path": p,
+                "content": c,
+                "digest": digests[p],
+                "size": len(c.encode()),
+            }
+            for p, c in files.items()
+        ],
+    )
+    event = {
+        "tool_call_id": tool_call_id,
+        "kind": "local_read",
+        "files": [{"path": p, "digest": d} for p, d in sorted(digests.items())],
+    }
+    return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
+
+
 def deliver_local_read(
     engine: Engine, run_id: UUID, tool_call_id: str, files: dict[str, str], *, max_file_bytes: int
 ) -> Receipt:
-    def _txn(conn: Connection) -> Receipt:
-        run = _lock_run(conn, run_id)
-        call = conn.execute(
-            text(
-                "SELECT status, suspension, boundary_seq FROM tool_invocations "
-                "WHERE run_id = :id AND tool_call_id = :call"
-            ),
-            {"id": run_id, "call": tool_call_id},
-        ).one_or_none()
-        if call is None or call.suspension is None or call.suspension["kind"] != "local_read":
-            raise DeliveryRefused(run_id, f"it is not waiting for files for tool call {tool_call_id!r}", "tool_call_id")
-        asked = list(call.suspension["paths"])
-        if sorted(files) != sorted(asked):
-            raise DeliveryRefused(
-                run_id, f"tool call {tool_call_id!r} asked for paths {sorted(asked)}, got {sorted(files)}", "files"
-            )
-        for path, content in files.items():
-            size = len(content.encode())
-            if size > max_file_bytes:
-                raise DeliveryRefused(
-                    run_id,
-                    f"{path}: {size} bytes is over the limit of {max_file_bytes} (AIDAWORK_MAX_LOCAL_READ_BYTES)",
-                    "files",
-                )
-        digests = {path: file_digest(content) for path, content in files.items()}
-        stored: dict[str, str] = dict(
-            conn.execute(
-                text("SELECT path, digest FROM local_reads WHERE run_id = :id AND tool_call_id = :call"),
-                {"id": run_id, "call": tool_call_id},
-            ).all()
-        )
-        if stored:
-            if stored != digests:
-                raise DeliveryRefused(run_id, f"different content was already delivered for {tool_call_id!r}", "files")
-            return Receipt(stored=False, resumes=[])  # the same delivery again: nothing to do
-        _refuse_if_ended(run_id, run)
-        if call.status != "suspended" or call.boundary_seq != run.boundary_seq:
-            raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} is no longer waiting", "tool_call_id")
-        conn.execute(
-            text(
-                "INSERT INTO local_reads (run_id, tool_call_id, path, content, digest, size_bytes) "
-                "VALUES (:id, :call, :path, :content, :digest, :size)"
-            ),
-            [
-                {
-                    "id": run_id,
-                    "call": tool_call_id,
-                    "path": p,
-                    "content": c,
-                    "digest": digests[p],
-                    "size": len(c.encode()),
-                }
-                for p, c in files.items()
-            ],
-        )
-        event = {
-            "tool_call_id": tool_call_id,
-            "kind": "local_read",
-            "files": [{"path": p, "digest": d} for p, d in sorted(digests.items())],
-        }
-        return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
+    return run_transaction(
+        engine,
+        lambda conn: deliver_local_read_txn(conn, run_id, tool_call_id, files, max_file_bytes=max_file_bytes),
+        name="deliver_local_read",
+    )
 
-    return run_transaction(engine, _txn, name="deliver_local_read")
+
+def resolve_prerequisite_txn(conn: Connection, run_id: UUID, key: str, value: Any) -> Receipt:
+    run = _lock_run(conn, run_id)
+    existing = conn.execute(
+        text("SELECT value FROM prerequisites WHERE run_id = :id AND key = :key"), {"id": run_id, "key": key}
+    ).one_or_none()
+    if existing is not None:
+        if existing.value != value:
+            raise DeliveryRefused(run_id, f"prerequisite {key!r} was already resolved with another value", "value")
+        return Receipt(stored=False, resumes=[])
+    _refuse_if_ended(run_id, run)
+    waiting = [
+        c
+        for c in _suspended_calls(conn, run_id)
+        if c.suspension["kind"] == "prerequisite" and c.suspension["key"] == key
+    ]
+    if not waiting:
+        raise DeliveryRefused(run_id, f"it is not waiting for prerequisite {key!r}", "key")
+    conn.execute(
+        text("INSERT INTO prerequisites (run_id, key, value) VALUES (:id, :key, CAST(:value AS jsonb))"),
+        {"id": run_id, "key": key, "value": json.dumps(value)},
+    )
+    event = {"kind": "prerequisite", "key": key, "tool_call_ids": [c.tool_call_id for c in waiting]}
+    return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
 
 
 def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: Any) -> Receipt:
-    def _txn(conn: Connection) -> Receipt:
-        run = _lock_run(conn, run_id)
-        existing = conn.execute(
-            text("SELECT value FROM prerequisites WHERE run_id = :id AND key = :key"), {"id": run_id, "key": key}
-        ).one_or_none()
-        if existing is not None:
-            if existing.value != value:
-                raise DeliveryRefused(run_id, f"prerequisite {key!r} was already resolved with another value", "value")
-            return Receipt(stored=False, resumes=[])
-        _refuse_if_ended(run_id, run)
-        waiting = [
-            c
-            for c in _suspended_calls(conn, run_id)
-            if c.suspension["kind"] == "prerequisite" and c.suspension["key"] == key
-        ]
-        if not waiting:
-            raise DeliveryRefused(run_id, f"it is not waiting for prerequisite {key!r}", "key")
-        conn.execute(
-            text("INSERT INTO prerequisites (run_id, key, value) VALUES (:id, :key, CAST(:value AS jsonb))"),
-            {"id": run_id, "key": key, "value": json.dumps(value)},
-        )
-        event = {"kind": "prerequisite", "key": key, "tool_call_ids": [c.tool_call_id for c in waiting]}
-        return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
+    return run_transaction(
+        engine, lambda conn: resolve_prerequisite_txn(conn, run_id, key, value), name="resolve_prerequisite"
+    )
 
-    return run_transaction(engine, _txn, name="resolve_prerequisite")
+
+def resume_if_ready_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoundResume]:
+    run = conn.execute(
+        text("SELECT status, boundary_seq FROM runs WHERE id = :id FOR UPDATE"), {"id": run_id}
+    ).one_or_none()
+    if run is None or run.status != "suspended":
+        return []
+    calls = _suspended_calls(conn, run_id)
+    if not calls or not all(c.delivered for c in calls):
+        return []
+    event = {"tool_call_ids": [c.tool_call_id for c in calls], "reason": "inputs already delivered"}
+    return _ready_resumes(conn, run_id, run, event, "resume_ready")
 
 
 def resume_if_ready(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResume]:
     """A round that suspended on inputs that were already there (a prerequisite resolved
     for an earlier call) needs no delivery: make it ready at once. Called after a
     suspension commits, and by the reconciler."""
-
-    def _txn(conn: Connection) -> list[OriginalToolRoundResume]:
-        run = conn.execute(
-            text("SELECT status, boundary_seq FROM runs WHERE id = :id FOR UPDATE"), {"id": run_id}
-        ).one_or_none()
-        if run is None or run.status != "suspended":
-            return []
-        calls = _suspended_calls(conn, run_id)
-        if not calls or not all(c.delivered for c in calls):
-            return []
-        event = {"tool_call_ids": [c.tool_call_id for c in calls], "reason": "inputs already delivered"}
-        return _ready_resumes(conn, run_id, run, event, "resume_ready")
-
-    return run_transaction(engine, _txn, name="resume_if_ready")
+    return run_transaction(engine, lambda conn: resume_if_ready_txn(conn, run_id), name="resume_if_ready")
 
 
 def suspended_with_all_inputs(engine: Engine, *, limit: int = 100) -> list[UUID]:
@@ -261,11 +274,7 @@ def suspended_with_all_inputs(engine: Engine, *, limit: int = 100) -> list[UUID]
             text(
                 "SELECT r.id FROM runs r WHERE r.status = 'suspended' AND NOT EXISTS ("
                 "  SELECT 1 FROM tool_invocations ti WHERE ti.run_id = r.id AND ti.boundary_seq = r.boundary_seq"
-                "  AND ti.status = 'suspended' AND NOT CASE ti.suspension->>'kind'"
-                "    WHEN 'local_read' THEN (SELECT count(*) FROM local_reads lr WHERE lr.run_id = ti.run_id"
-                "      AND lr.tool_call_id = ti.tool_call_id) = jsonb_array_length(ti.suspension->'paths')"
-                "    ELSE EXISTS (SELECT 1 FROM prerequisites p WHERE p.run_id = ti.run_id"
-                "      AND p.key = ti.suspension->>'key') END)"
+                f"  AND ti.status = 'suspended' AND NOT {_DELIVERED})"
                 " AND r.updated_at < now() - interval '1 second' LIMIT :limit"
             ),
             {"limit": limit},
@@ -296,48 +305,51 @@ class SuspensionMaterial:
     prerequisites: dict[str, Any]
 
 
+def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMaterial | None:
+    found = conn.execute(
+        text("SELECT run_id, boundary_seq FROM tool_invocations WHERE invocation_id = :inv AND status = 'suspended'"),
+        {"inv": invocation_id},
+    ).one_or_none()
+    if found is None:
+        return None
+    run_id, boundary_seq = found.run_id, found.boundary_seq
+    run = conn.execute(
+        text(
+            "SELECT r.status, rd.claim_fence, rd.proof, rd.system_digest, rd.messages_digest, rd.tools_digest, "
+            "rd.accepted_response_digest "
+            "FROM runs r JOIN rounds rd ON rd.run_id = r.id AND rd.boundary_seq = :b AND rd.outcome = 'suspend' "
+            "WHERE r.id = :id AND r.boundary_seq = :b"
+        ),
+        {"id": run_id, "b": boundary_seq},
+    ).one_or_none()
+    if run is None:
+        return None
+    calls = [
+        {**row._mapping, "resume": _resume_of(run_id, boundary_seq, row)} for row in _suspended_calls(conn, run_id)
+    ]
+    files: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in conn.execute(
+        text("SELECT tool_call_id, path, content, digest, size_bytes FROM local_reads WHERE run_id = :id"),
+        {"id": run_id},
+    ):
+        files.setdefault(row.tool_call_id, {})[row.path] = {
+            "content": row.content,
+            "digest": row.digest,
+            "size_bytes": row.size_bytes,
+        }
+    prerequisites: dict[str, Any] = dict(
+        conn.execute(text("SELECT key, value FROM prerequisites WHERE run_id = :id"), {"id": run_id}).all()
+    )
+    digests = {k: v for k, v in run._mapping.items() if k != "status"}
+    return SuspensionMaterial(run_id, run.status, boundary_seq, digests, calls, files, prerequisites)
+
+
 def load_suspension(engine: Engine, invocation_id: str) -> SuspensionMaterial | None:
     """The suspended round that holds the suspended call ``invocation_id`` (an invocation
     id is unique: it names the suspension a resume is for)."""
-
-    def _txn(conn: Connection) -> SuspensionMaterial | None:
-        found = conn.execute(
-            text(
-                "SELECT run_id, boundary_seq FROM tool_invocations WHERE invocation_id = :inv AND status = 'suspended'"
-            ),
-            {"inv": invocation_id},
-        ).one_or_none()
-        if found is None:
-            return None
-        run_id, boundary_seq = found.run_id, found.boundary_seq
-        run = conn.execute(
-            text(
-                "SELECT r.status, rd.claim_fence, rd.proof, rd.system_digest, rd.messages_digest, rd.tools_digest, "
-                "rd.accepted_response_digest "
-                "FROM runs r JOIN rounds rd ON rd.run_id = r.id AND rd.boundary_seq = :b AND rd.outcome = 'suspend' "
-                "WHERE r.id = :id AND r.boundary_seq = :b"
-            ),
-            {"id": run_id, "b": boundary_seq},
-        ).one_or_none()
-        if run is None:
-            return None
-        calls = [
-            {**row._mapping, "resume": _resume_of(run_id, boundary_seq, row)} for row in _suspended_calls(conn, run_id)
-        ]
-        files: dict[str, dict[str, dict[str, Any]]] = {}
-        for row in conn.execute(
-            text("SELECT tool_call_id, path, content, digest, size_bytes FROM local_reads WHERE run_id = :id"),
-            {"id": run_id},
-        ):
-            files.setdefault(row.tool_call_id, {})[row.path] = {
-                "content": row.content,
-                "digest": row.digest,
-                "size_bytes": row.size_bytes,
-            }
-        prerequisites: dict[str, Any] = dict(
-            conn.execute(text("SELECT key, value FROM prerequisites WHERE run_id = :id"), {"id": run_id}).all()
-        )
-        digests = {k: v for k, v in run._mapping.items() if k != "status"}
-        return SuspensionMaterial(run_id, run.status, boundary_seq, digests, calls, files, prerequisites)
-
-    return run_transaction(engine, _txn, isolation_level="REPEATABLE READ", name="load_suspension")
+    return run_transaction(
+        engine,
+        lambda conn: load_suspension_txn(conn, invocation_id),
+        isolation_level="REPEATABLE READ",
+        name="load_suspension",
+    )

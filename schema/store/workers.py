@@ -43,38 +43,46 @@ DEATH_ELSEWHERE = f"""
 FORGET_AFTER_S = 86_400.0
 
 
+def register_worker_txn(conn: Connection, worker_id: UUID, name: str) -> None:
+    conn.execute(
+        text("INSERT INTO workers (id, name) VALUES (:id, :name) ON CONFLICT (id) DO NOTHING"),
+        {"id": worker_id, "name": name},
+    )
+
+
 def register_worker(engine: Engine, name: str) -> UUID:
     """Add this process to the registry; its heartbeat starts now."""
     worker_id = uuid4()
 
-    def _txn(conn: Connection) -> None:
-        conn.execute(
-            text("INSERT INTO workers (id, name) VALUES (:id, :name) ON CONFLICT (id) DO NOTHING"),
-            {"id": worker_id, "name": name},
-        )
-
-    run_transaction(engine, _txn, name="register_worker", single_statement=True)
+    run_transaction(
+        engine, lambda conn: register_worker_txn(conn, worker_id, name), name="register_worker", single_statement=True
+    )
     return worker_id
+
+
+def stop_worker_txn(conn: Connection, worker_id: UUID) -> None:
+    conn.execute(text("UPDATE workers SET stopped_at = now() WHERE id = :id"), {"id": worker_id})
 
 
 def stop_worker(engine: Engine, worker_id: UUID) -> None:
     """This process is stopping on purpose (a warm shutdown, a deploy): its silence from
     now on is no evidence of anything."""
+    run_transaction(engine, lambda conn: stop_worker_txn(conn, worker_id), name="stop_worker", single_statement=True)
 
-    def _txn(conn: Connection) -> None:
-        conn.execute(text("UPDATE workers SET stopped_at = now() WHERE id = :id"), {"id": worker_id})
 
-    run_transaction(engine, _txn, name="stop_worker", single_statement=True)
+def forget_old_workers_txn(conn: Connection, *, older_than_s: float = FORGET_AFTER_S) -> int:
+    result = conn.execute(
+        text("DELETE FROM workers WHERE heartbeat_at < now() - make_interval(secs => :s)"), {"s": older_than_s}
+    )
+    return int(result.rowcount)
 
 
 def forget_old_workers(engine: Engine, *, older_than_s: float = FORGET_AFTER_S) -> int:
     """Delete the rows of workers silent for longer than ``older_than_s`` (the reconciler
     calls this), so the registry holds roughly the workers of the last day."""
-
-    def _txn(conn: Connection) -> int:
-        result = conn.execute(
-            text("DELETE FROM workers WHERE heartbeat_at < now() - make_interval(secs => :s)"), {"s": older_than_s}
-        )
-        return int(result.rowcount)
-
-    return run_transaction(engine, _txn, name="forget_old_workers", single_statement=True)
+    return run_transaction(
+        engine,
+        lambda conn: forget_old_workers_txn(conn, older_than_s=older_than_s),
+        name="forget_old_workers",
+        single_statement=True,
+    )

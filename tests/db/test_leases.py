@@ -122,7 +122,7 @@ def test_lease_keeper_beat_racing_a_commit_leaves_no_lease_and_reports_no_loss(e
     with capture_logs() as logs, engine.connect() as commit_conn:
         commit_tx = commit_conn.begin()
         with keeper.holding(held.run_id, held.fence):
-            round_store._commit_txn(commit_conn, continued(held))  # row locked until commit_tx commits
+            round_store.commit_round_txn(commit_conn, continued(held))  # row locked until commit_tx commits
             beat.start()
             wait_until(lambda: _waiting_on_a_row_lock(engine), what="the heartbeat to wait on the run row")
         commit_tx.commit()

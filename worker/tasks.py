@@ -1,13 +1,15 @@
 """The Celery tasks. Thin: validate the payload, bind the log context, call
-``worker.round``, and map errors to ack / retry / fail in one table."""
+``worker.round``, and map errors to ack / retry / fail in one place (``disposition_of``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 
 import structlog
 from celery import Task
+from celery.utils.time import get_exponential_backoff_interval
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -15,11 +17,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from runtime.errors import ModelUnavailable, RequestInvalid
+from runtime.errors import AidaworkError, RequestInvalid
 from runtime.resume import ResumeRefused
 from schema.store.errors import FenceLost
 from schema.wire import RoundTask
-from schema.wire.retry import RetryPolicy, backoff_s
 from worker.app import RECONCILE_TASK, RESUME_ROUND_TASK, RUN_ROUND_TASK, app
 from worker.bootstrap import get_context
 from worker.logging import bind, clear
@@ -32,21 +33,24 @@ log = structlog.get_logger("aidawork.tasks")
 
 class OnError(StrEnum):
     DROP = "drop"  # acknowledge: the message can never succeed, or another holder owns the round
-    RETRY = "retry"  # transient: send the task again after a backoff (the lease was released)
+    RETRY = "retry"  # the error says a retry can help (a model provider is unavailable): send it again later
     # The database or the broker is unavailable (a restart, a blip, connection
     # exhaustion): send the task again within seconds, many times; the store already
     # retried each statement for a while (schema.store.tx).
     RETRY_SOON = "retry_soon"
 
 
-# The one table mapping errors to what happens to the message. Anything not listed is
-# a bug or an unavailable dependency: the task fails (and is acknowledged), the lease was
-# released, and the reconciler re-sends the round; the round attempt budget bounds it.
-ERROR_DISPOSITION: dict[type[BaseException], OnError] = {
+# Our errors say themselves whether a retry can help (``AidaworkError.retryable``). Of the
+# rest, these mean the message is spent: another claim holds the round, or the resume is
+# not the suspension that is stored. Nothing was written; the message is acknowledged.
+SPENT_MESSAGE: tuple[type[AidaworkError], ...] = (FenceLost, ResumeRefused)
+
+# Foreign exceptions carry no ``retryable``: what each means for the message. Anything not
+# here (nor retryable, nor a spent message) is a bug or an unavailable dependency: the
+# task fails (and is acknowledged), the lease was released, and the reconciler re-sends
+# the round; the round attempt budget bounds it.
+FOREIGN_DISPOSITION: dict[type[BaseException], OnError] = {
     ValidationError: OnError.DROP,
-    FenceLost: OnError.DROP,
-    ResumeRefused: OnError.DROP,  # a forged, stale or replayed resume: nothing was written
-    ModelUnavailable: OnError.RETRY,
     OperationalError: OnError.RETRY_SOON,
     InterfaceError: OnError.RETRY_SOON,
     PoolTimeout: OnError.RETRY_SOON,
@@ -55,24 +59,56 @@ ERROR_DISPOSITION: dict[type[BaseException], OnError] = {
     RedisTimeoutError: OnError.RETRY_SOON,
 }
 
-MAX_TRANSIENT_RETRIES = 5
-MAX_UNAVAILABLE_RETRIES = 40  # at most 5 s apart: a few minutes of outage, then the reconciler
-MODEL_RETRY_BACKOFF = RetryPolicy(base_s=1.0, cap_s=60.0)
-UNAVAILABLE_RETRY_BACKOFF = RetryPolicy(base_s=0.5, cap_s=5.0)
-
 
 def disposition_of(exc: BaseException) -> OnError | None:
-    for kind, disposition in ERROR_DISPOSITION.items():
-        if isinstance(exc, kind):
-            return disposition
-    return None
+    """What happens to the message whose task raised ``exc`` (``None``: the task fails)."""
+    if isinstance(exc, AidaworkError):
+        if exc.retryable:
+            return OnError.RETRY
+        return OnError.DROP if isinstance(exc, SPENT_MESSAGE) else None
+    return next((then for kind, then in FOREIGN_DISPOSITION.items() if isinstance(exc, kind)), None)
+
+
+@dataclass(frozen=True)
+class TaskRetry:
+    """A task retry policy in the terms of Celery's own task options, applied with Celery's
+    own backoff (``get_exponential_backoff_interval``, what ``retry_backoff`` uses): the
+    countdown before retry n+1 is drawn from [0, min(retry_backoff_max, retry_backoff * 2**n)]
+    (full jitter), so rounds that failed together do not come back together.
+
+    Not the options themselves (``autoretry_for`` / ``retry_backoff`` / ``retry_backoff_max``
+    / ``max_retries`` on the task): Celery holds one such policy per task, and a round
+    task needs two, chosen by the error's disposition (``TASK_RETRIES``)."""
+
+    max_retries: int
+    retry_backoff: int  # s: the first countdown's ceiling, doubled at every retry
+    retry_backoff_max: int  # s: the ceiling's cap
+    retry_jitter: bool = True
+
+    def countdown_s(self, retries: int) -> int:
+        """The countdown after ``retries`` earlier retries of the task."""
+        countdown = get_exponential_backoff_interval(
+            factor=self.retry_backoff, retries=retries, maximum=self.retry_backoff_max, full_jitter=self.retry_jitter
+        )
+        return int(countdown)
+
+
+TASK_RETRIES: dict[OnError, TaskRetry] = {
+    # A few tries, about 1 s apart at first (a ceiling of 2 s, fully jittered), backing off
+    # to a minute: the provider adapter already retried the call itself.
+    OnError.RETRY: TaskRetry(max_retries=5, retry_backoff=2, retry_backoff_max=60),
+    # At most 5 s apart, so a run moves within seconds of the database or broker coming
+    # back: a few minutes of outage, then the reconciler.
+    OnError.RETRY_SOON: TaskRetry(max_retries=40, retry_backoff=1, retry_backoff_max=5),
+}
 
 
 class RunExecutionWorker(Task):  # type: ignore[misc]
     """One execution = one ReAct round of one run (``run_id`` at ``boundary_seq``)."""
 
     name = RUN_ROUND_TASK
-    max_retries = MAX_UNAVAILABLE_RETRIES  # per disposition below: MAX_TRANSIENT_RETRIES for a model
+    # Celery's own budget: the largest of TASK_RETRIES (each retry passes its policy's own).
+    max_retries = max(policy.max_retries for policy in TASK_RETRIES.values())
 
     def run(self, run_id: str, boundary_seq: int) -> str:
         clear()
@@ -94,15 +130,17 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
             if disposition is OnError.DROP:
                 log.warning("round_dropped", error=type(exc).__name__, reason=str(exc))
                 return "dropped"
+            policy = TASK_RETRIES.get(disposition) if disposition is not None else None
             retries = self.request.retries
-            if disposition is OnError.RETRY and retries < MAX_TRANSIENT_RETRIES:
-                countdown = 1 + backoff_s(retries + 1, MODEL_RETRY_BACKOFF)
-                log.warning("round_retried", error=type(exc).__name__, countdown_s=countdown)
-                raise self.retry(exc=exc, countdown=countdown) from exc
-            if disposition is OnError.RETRY_SOON and retries < MAX_UNAVAILABLE_RETRIES:
-                countdown = round(0.2 + backoff_s(retries + 1, UNAVAILABLE_RETRY_BACKOFF), 3)
-                log.warning("round_retried", error=type(exc).__name__, countdown_s=countdown, unavailable=True)
-                raise self.retry(exc=exc, countdown=countdown) from exc
+            if policy is not None and retries < policy.max_retries:
+                countdown = policy.countdown_s(retries)
+                log.warning(
+                    "round_retried",
+                    error=type(exc).__name__,
+                    countdown_s=countdown,
+                    unavailable=disposition is OnError.RETRY_SOON,
+                )
+                raise self.retry(exc=exc, countdown=countdown, max_retries=policy.max_retries) from exc
             log.exception("round_crashed")
             raise
         finally:

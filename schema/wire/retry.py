@@ -1,6 +1,6 @@
 """Retry policy as data, and the one backoff every retry loop of the system uses (a
 transaction in ``schema.store.tx``, a provider call in ``runtime.models``). Task retries
-are Celery's own (``retry_backoff`` / ``retry_jitter`` on the task)."""
+use Celery's own backoff (``worker.tasks``)."""
 
 from __future__ import annotations
 

@@ -20,8 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import scripted_request, wait_until
-from tests.e2e.test_api import ADD, TOKEN_A, TOKEN_B, A, ApiServer, B, counts, without_owner
+from tests.support.api import ADD, TOKEN_A, TOKEN_B, A, ApiServer, B, counts
+from tests.support.requests import scripted_request, without_owner
+from tests.support.wait import wait_until
 
 DEADLINE_S = 1.0
 BOUND_S = 15.0  # far above the deadline: a loaded machine still passes, a missing deadline does not

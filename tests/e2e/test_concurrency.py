@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import time
 
-from tests.conftest import Cluster, rows, scripted_request, wait_until
-from tests.e2e.helpers import events, wait_ready
+from tests.support.cluster import Cluster, events, wait_ready
+from tests.support.db import rows
+from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 
 RUNS = 16

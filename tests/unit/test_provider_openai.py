@@ -21,7 +21,7 @@ from runtime.models.http import ModelRequestRefused, ModelResponseInvalid, Retry
 from runtime.models.keys import ModelKeys
 from runtime.models.openai_compat import OpenAICompatModel, OpenAIProvider
 from runtime.tools import builtin_registry
-from tests.unit.test_provider_server import FakeProvider, Reply, openai_error, openai_reply
+from tests.support.providers import FakeProvider, Reply, openai_error, openai_reply
 
 KEY = "sk-test-openai-key"
 FAST_RETRY = RetryPolicy(max_attempts=4, base_s=0.01, cap_s=0.05)

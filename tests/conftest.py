@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-# First: sets the broker URL before anything imports worker.app.
-from tests.support.env import PG_BASE, admin_engine, unavailable  # isort: skip
-
 from sqlalchemy import Engine, text
 
 from schema.store.tx import make_engine
-from tests.support.env import make_context
+
+# Importing tests.support.env points the broker URL at the test broker before anything
+# imports worker.app (nothing above does).
+from tests.support.env import PG_BASE, admin_engine, make_context, unavailable
 from tests.support.fakes import RecordingBroker
 
 TEMPLATE_DB = f"aidawork_test_template_{os.getpid()}"  # one per session: sessions may overlap

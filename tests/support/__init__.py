@@ -9,6 +9,7 @@ from ``conftest`` or from each other; the conftest files hold only fixtures.
 - ``providers``: a loopback HTTP server speaking the OpenAI and Anthropic wire formats.
 - ``db``: reading rows and waiting for them; ``store``: driving the store directly.
 - ``suspensions``: runs suspended in-process, resumes altered, table snapshots.
-- ``cluster``, ``storm``, ``api``: real worker, beat, API and Flower processes.
+- ``cluster``, ``storm``, ``api``: real worker, beat and API processes (and the API in
+  process, for the unit tests); ``shapes``: deeply nested JSON values.
 - ``wait``: ``wait_until``, the one polling loop.
 """

@@ -4,10 +4,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: help install demo test test-unit lint typecheck bench flower clean
+.PHONY: help install demo test test-unit test-db test-e2e lint typecheck bench flower clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,14 @@ demo: install  ## migrate, start two workers and beat, run scripted runs end to 
 test: install  ## the whole suite (unit, db, e2e); needs PostgreSQL and Redis
 	$(VENV)/bin/pytest -q
 
-test-unit: install  ## only the in-memory tests
+test-unit: install  ## only the in-memory tests (no services)
 	$(VENV)/bin/pytest -q tests/unit
+
+test-db: install  ## the PostgreSQL tier (no Redis needed); also: pytest -m db
+	$(VENV)/bin/pytest -q tests/db
+
+test-e2e: install  ## real Redis and worker processes; also: pytest -m e2e
+	$(VENV)/bin/pytest -q tests/e2e
 
 lint: install  ## ruff and the import contracts
 	$(VENV)/bin/ruff check .

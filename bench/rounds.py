@@ -6,7 +6,9 @@
 3. the worker's CPU per round over that run;
 4. in-flight throughput of one worker with 512 threads and 1 s model turns (bench/inflight.py);
 5. bytes stored per round, events included, for a small and a 100 kB tool output;
-6. a 16 x 20 throughput figure and where a round's time goes, in process.
+6. a 16 x 20 throughput figure and where a round's time goes, in process;
+7. 16 runs of one 1 s round on one `--concurrency 16` worker: the wall time of rounds that
+   overlap (tests/e2e/test_concurrency.py asserts that they do, not how fast).
 
 Prints figures; never fails on timing.
 """
@@ -86,6 +88,23 @@ def run_rounds(figures: dict[str, Any]) -> None:
             for i in [ten, long_id, big_id, *ids]
             if (row := db.run_row(i)).status not in ("completed", "running")
         ]
+    finally:
+        stop(worker)
+
+
+PARALLEL_RUNS, PARALLEL_LATENCY_MS = 16, 1000
+
+
+def run_parallel_slow_rounds(figures: dict[str, Any]) -> None:
+    """Phase 7: submit to all ended, sequentially this would be 16 s."""
+    worker = aidawork_worker(PARALLEL_RUNS)
+    try:
+        stuck = db.wait_finished([db.submit(db.scripted(1))], stall_s=120)  # warm
+        start = time.monotonic()
+        ids = [db.submit(db.scripted(1, latency_ms=PARALLEL_LATENCY_MS)) for _ in range(PARALLEL_RUNS)]
+        stuck += db.wait_finished(ids)
+        figures["parallel_wall_s"] = time.monotonic() - start
+        figures["not_completed"] += [db.describe_stuck(i) for i in stuck]
     finally:
         stop(worker)
 
@@ -244,6 +263,8 @@ def main() -> None:
             hops.measure()
         log("round figures: 10-, 500-, 3-round (100 kB) runs, 16 x 20")
         run_rounds(figures)
+        log(f"{PARALLEL_RUNS} runs of one {PARALLEL_LATENCY_MS} ms round at once")
+        run_parallel_slow_rounds(figures)
         log("measuring hops again")
         for _ in range(HOP_CHAINS_AFTER):
             hops.measure()
@@ -271,6 +292,11 @@ def main() -> None:
     out.append(
         f"Throughput, 16 runs x 20 rounds in parallel (zero latency, --concurrency {ROUND_WORKER_CONCURRENCY}): "
         f"{figures['rps_16x20']:.1f} rounds/s"
+    )
+    out.append(
+        f"{PARALLEL_RUNS} runs of one {PARALLEL_LATENCY_MS} ms round, one worker --concurrency {PARALLEL_RUNS}: "
+        f"{figures['parallel_wall_s']:.2f} s from the first submit to the last end "
+        f"(sequentially {PARALLEL_RUNS * PARALLEL_LATENCY_MS / 1000:.0f} s)"
     )
     out.append("Database round trips per round: claim+load 1, model-call ledger 2, commit 1")
     out.append("Where a round's time goes (in process, no Celery receive/ack), ms per round:")

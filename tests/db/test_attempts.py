@@ -18,13 +18,9 @@ from schema.store import rounds as round_store
 from schema.store.errors import FenceLost
 from schema.store.runs import Claim
 from schema.wire import RoundTask
-from tests.conftest import rows
-from tests.db.test_store import HOLDER, claim, expire_lease, record, run_row, submit
+from tests.support.db import rows, run_row
+from tests.support.store import HOLDER, claim, expire_lease, record, start_execution, submit
 from worker.round import ROUND_ATTEMPTS_EXHAUSTED, RoundDisposition, execute_round, round_at_fault
-
-
-def start_execution(engine: Engine, c: Claim) -> int:
-    return round_store.record_model_call_started(engine, c.run_id, c.boundary_seq, c.attempt, c.fence, "req")
 
 
 def reclaim(engine: Engine, c: Claim, boundary_seq: int = 0) -> Claim:
@@ -141,7 +137,7 @@ def test_a_resume_starts_executing_at_its_claim(ctx: Any) -> None:
     # A resume calls no model: its claim marks the execution, so a resume that kills its
     # worker spends attempts like any round.
     from schema.store import claims as claim_store
-    from tests.db.test_resume_refusals import ready_read_one
+    from tests.support.suspensions import ready_read_one
 
     run_id, resumes = ready_read_one(ctx)
 

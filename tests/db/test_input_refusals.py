@@ -17,9 +17,10 @@ from sqlalchemy.exc import DBAPIError
 from runtime.canonical import MAX_INT_DIGITS, MAX_JSON_DEPTH, NON_FINITE, TOO_DEEP, TOO_MANY_DIGITS, digest
 from runtime.errors import RequestInvalid
 from schema.store.tx import make_engine
-from tests.conftest import rows, scripted_request
-from tests.db.test_resume_refusals import READ_ONE, assert_unchanged, drive, snapshot, suspended_run
-from tests.unit.test_json_problem import nested_lists, nested_objects
+from tests.support.db import rows
+from tests.support.requests import scripted_request
+from tests.support.shapes import nested_lists, nested_objects
+from tests.support.suspensions import READ_ONE, assert_unchanged, drive, snapshot, suspended_run
 from worker import client
 
 AWAIT = [{"tool_calls": [{"name": "await_prerequisite", "args": {"key": "approval"}}]}, {"content": "approved"}]

@@ -14,8 +14,9 @@ from structlog.testing import capture_logs
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store.runs import Claim
-from tests.conftest import rows, wait_until
-from tests.db.test_store import claim, expire_lease, record, run_row, submit
+from tests.support.db import rows, run_row
+from tests.support.store import claim, expire_lease, record, submit
+from tests.support.wait import wait_until
 from worker.leases import LeaseKeeper
 
 

@@ -13,8 +13,8 @@ from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost
 from schema.store.runs import Claim
-from tests.conftest import rows
-from tests.db.test_store import claim, expire_lease, submit
+from tests.support.db import rows
+from tests.support.store import claim, expire_lease, submit
 
 TABLES = ["runs", "rounds", "messages", "tool_invocations", "run_events", "run_checkpoints"]
 

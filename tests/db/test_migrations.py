@@ -14,7 +14,7 @@ from sqlalchemy import Engine, create_engine, text
 
 from schema.migrate import alembic_config
 from schema.tables import metadata
-from tests.conftest import PG_BASE, REPO, admin_engine
+from tests.support.env import PG_BASE, REPO, admin_engine
 
 MIGRATORS = 3
 

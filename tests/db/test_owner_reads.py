@@ -13,8 +13,8 @@ import anyio
 import httpx
 from sqlalchemy import event
 
-from tests.conftest import BROKER_URL
-from tests.db.test_store import submit
+from tests.support.env import BROKER_URL
+from tests.support.store import submit
 from worker.api import create_app
 from worker.settings import Settings
 

@@ -8,7 +8,7 @@ import threading
 from sqlalchemy import text
 
 from schema.store.tx import make_engine
-from tests.conftest import BROKER_URL
+from tests.support.env import BROKER_URL
 from worker.bootstrap import build_context, pool_size_for
 from worker.settings import Settings
 

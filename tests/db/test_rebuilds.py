@@ -25,8 +25,9 @@ from schema.store.errors import FenceLost
 from schema.store.runs import Claim
 from schema.store.tx import RETRYABLE_SQLSTATES, sqlstate_of
 from schema.wire import RoundTask
-from tests.conftest import rows, scripted_request
-from tests.db.test_store import HOLDER
+from tests.support.db import rows
+from tests.support.requests import scripted_request
+from tests.support.store import HOLDER
 from worker import client
 from worker.round import execute_round
 

@@ -4,63 +4,19 @@ from __future__ import annotations
 
 import threading
 from typing import Any
-from uuid import UUID
 
 import pytest
 from sqlalchemy import Engine, text
 
-from runtime.deps import build_runtime
-from runtime.prepare import prepare_execution
 from schema.store import claims as claim_store
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost, RootNotFound
-from schema.store.rounds import RoundRecord
-from schema.store.runs import Claim, Submitted
+from schema.store.runs import Claim
 from schema.store.tx import run_transaction
-from tests.conftest import rows, scripted_request
-
-RUNTIME = build_runtime()
-HOLDER = UUID(int=1)  # the worker process the tests' claims name: registered nowhere, alive or dead
-
-
-def submit(engine: Engine, **kwargs: Any) -> Submitted:
-    request, prepared = prepare_execution(RUNTIME, scripted_request([{"content": "done"}], **kwargs))
-    return run_store.submit_run(engine, request, prepared.turn_config.model_dump(mode="json"))
-
-
-def claim(
-    engine: Engine, run_id: UUID, boundary_seq: int = 0, lease_s: float = 30, holder: UUID = HOLDER
-) -> Claim | None:
-    return claim_store.claim_round(
-        engine, run_id, boundary_seq, lease_s=lease_s, after_position=-1, cold=True, holder=holder
-    )
-
-
-def expire_lease(engine: Engine, run_id: UUID) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            text("UPDATE runs SET lease_expires_at = now() - interval '1 second' WHERE id = :id"), {"id": run_id}
-        )
-
-
-def record(c: Claim, *, outcome: str = "finish", status: str = "completed") -> RoundRecord:
-    return RoundRecord(
-        run_id=c.run_id, boundary_seq=c.boundary_seq, fence=c.fence, outcome=outcome, status=status,
-        terminal=status in ("completed", "failed"), output="done" if status == "completed" else None,
-        error_code=None, error_message=None, system_digest="s", messages_digest="m", tools_digest="t",
-        accepted_response_digest="r", tool_fingerprint=None, repeat_count=0, proof="p", resumed=False,
-        messages=[
-            {"position": 0, "body": {"role": "user", "content": "go"}, "chain_digest": "d0"},
-            {"position": 1, "body": {"role": "assistant", "content": "done"}, "chain_digest": "d1"},
-        ],
-        tools=[], events=[{"kind": "run_completed", "data": {"output": "done"}}],
-    )
-
-
-def run_row(engine: Engine, run_id: UUID) -> dict[str, Any]:
-    return rows(engine, "SELECT * FROM runs WHERE id = :id", id=run_id)[0]
+from tests.support.db import rows, run_row
+from tests.support.store import HOLDER, claim, expire_lease, record, submit
 
 
 def table_counts(engine: Engine) -> dict[str, int]:

@@ -15,9 +15,8 @@ from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import workers as worker_store
 from schema.store.runs import Claim
-from tests.conftest import rows
-from tests.db.test_attempts import start_execution
-from tests.db.test_store import HOLDER, claim, expire_lease, record, run_row, submit
+from tests.support.db import rows, run_row
+from tests.support.store import HOLDER, claim, expire_lease, record, start_execution, submit
 from worker.leases import LeaseKeeper
 
 LEASE_S = 5.0

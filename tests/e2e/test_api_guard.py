@@ -4,8 +4,8 @@ connection cap answers 503, a token's event streams are capped (429) and a slot 
 when a stream ends, a trailing slash is a plain 404 (no redirect built from ``Host``), and
 the docs can be switched off.
 
-Deadlines are set short (1 s) and checked against generous bounds: the assertion is that
-the server closes the connection, not how fast."""
+Deadlines are set short (1 s); sockets time out after a generous bound, so a missing
+deadline fails the test: the assertion is that the server closes the connection, not how fast."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import scripted_request, wait_until
-from tests.e2e.test_api import ADD, TOKEN_A, TOKEN_B, A, ApiServer, B, counts, without_owner
+from tests.support.api import ADD, TOKEN_A, TOKEN_B, A, ApiServer, B, counts
+from tests.support.requests import scripted_request, without_owner
+from tests.support.wait import wait_until
 
 DEADLINE_S = 1.0
 BOUND_S = 15.0  # far above the deadline: a loaded machine still passes, a missing deadline does not
@@ -67,15 +68,14 @@ def read_until_closed(sock: socket.socket) -> bytes:
 def test_a_connection_whose_headers_never_finish_is_closed(start_api: Callable[..., ApiServer]) -> None:
     api = start_api(api_header_timeout_s=str(DEADLINE_S))
     with ExitStack() as stack:
-        started = time.monotonic()
         silent = [stack.enter_context(connect(api)) for _ in range(10)]
         partial = [stack.enter_context(connect(api)) for _ in range(10)]
         for sock in partial:
             sock.sendall(f"GET /v1/runs/{uuid.uuid4()} HTTP/1.1\r\nHost: x\r\nAuthor".encode())
 
         for sock in silent + partial:
-            assert read_until_closed(sock) == b""  # closed without an answer
-        assert time.monotonic() - started < BOUND_S
+            # Closed without an answer; a server that kept it open would fail recv's BOUND_S timeout.
+            assert read_until_closed(sock) == b""
 
     # The deadline is per request: a client that keeps its connection and then dribbles
     # the next request's headers (each byte would reset uvicorn's keep-alive timer) is cut off too.
@@ -127,7 +127,6 @@ def test_a_trickled_body_gets_408_and_the_connection_is_closed(start_api: Callab
 
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "BODY_TIMEOUT"
-    assert time.monotonic() - started < BOUND_S
     assert counts(ctx.engine)["runs"] == 0
 
     # A body sent at once is not held to the trickle rule.

@@ -12,12 +12,10 @@ from typing import Any
 import httpx
 
 from runtime.canonical import MAX_JSON_DEPTH, NON_FINITE, NUL_CHARACTER, TOO_DEEP, TOO_MANY_DIGITS, UNPAIRED_SURROGATE
-from tests.conftest import scripted_request
-from tests.db.test_resume_refusals import READ_ONE, assert_unchanged, snapshot, suspended_run
-from tests.e2e import test_api
-from tests.e2e.test_api import ADD, JSON_HEADERS, ApiServer, without_owner
+from tests.support.api import ADD, JSON_HEADERS, ApiServer
+from tests.support.requests import scripted_request, without_owner
+from tests.support.suspensions import READ_ONE, assert_unchanged, snapshot, suspended_run
 
-api = test_api.api  # the fixture: a real `aidawork api` process on this test's database
 MARKER = "marker-7f3a"  # in every refused body: it must not reach the log
 AWAIT = [{"tool_calls": [{"name": "await_prerequisite", "args": {"key": "approval"}}]}, {"content": "approved"}]
 

@@ -20,8 +20,9 @@ from runtime.context import context_chain, slim_tool_results_for_next_round
 from runtime.loop import MAX_ROUNDS_EXCEEDED
 from runtime.messages import Message
 from schema.store.bodies import event_data_sql, message_body_sql
-from tests.conftest import Cluster, rows, scripted_request
-from tests.e2e.helpers import events, model_calls, round_rows, wait_ready, wait_terminal
+from tests.support.cluster import Cluster, events, wait_ready
+from tests.support.db import model_calls, round_rows, rows, wait_terminal
+from tests.support.requests import scripted_request
 from worker import client
 
 ECHO_ARGS = {"q": "same again", "n": 2}

@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from runtime.canonical import MAX_JSON_DEPTH, NON_FINITE, NUL_CHARACTER, TOO_DEEP, TOO_MANY_DIGITS, UNPAIRED_SURROGATE
-from tests.conftest import BROKER_URL, REPO, scripted_request
-from tests.db.test_resume_refusals import READ_ONE, assert_unchanged, snapshot, suspended_run
+from tests.support.env import BROKER_URL, REPO
+from tests.support.requests import scripted_request
+from tests.support.suspensions import READ_ONE, assert_unchanged, snapshot, suspended_run
 
 PARALLEL = 4  # CLI processes at once: each is a fresh interpreter, and the machine is small
 ECHO = scripted_request([{"tool_calls": [{"name": "echo", "args": {"x": 1}}]}, {"content": "ok"}], tools=["echo"])

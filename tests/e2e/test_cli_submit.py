@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from uuid import UUID
 
-from tests.conftest import BROKER_URL, REPO, rows, scripted_request
+from tests.support.db import rows
+from tests.support.env import BROKER_URL, REPO
+from tests.support.requests import scripted_request
 
 ADD = [{"tool_calls": [{"name": "add", "args": {"a": 1, "b": 2}}]}, {"content": "3"}]
 

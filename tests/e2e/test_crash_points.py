@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import Cluster, rows, scripted_request
-from tests.e2e.helpers import calls_per_boundary, events, model_calls, round_rows, wait_exit, wait_terminal
+from tests.support.cluster import Cluster, events, wait_exit
+from tests.support.db import calls_per_boundary, model_calls, round_rows, rows, wait_terminal
+from tests.support.requests import scripted_request
 from worker import client
 from worker.failpoints import EXIT_CODE
 

@@ -4,65 +4,20 @@ broker or Flower."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.conftest import BROKER_URL, REPO, Cluster, scripted_request, wait_until
-from tests.e2e.helpers import WAIT_S, wait_ready, wait_terminal
+from tests.support.cluster import Cluster, wait_ready
+from tests.support.db import wait_terminal
+from tests.support.env import WAIT_S
+from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 
 SECRET_INPUT = "input-text-that-must-stay-out-of-task-args-7f3a"
 SECRET_PROMPT = "system-prompt-that-must-stay-out-of-task-args-91c2"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def flower(db_url: str, redis_clean: None, tmp_path: Path) -> Iterator[httpx.Client]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIDAWORK_", "FLOWER_"))}
-    env.update({"AIDAWORK_BROKER_URL": BROKER_URL, "AIDAWORK_DATABASE_URL": db_url, "FLOWER_UNAUTHENTICATED_API": "1"})
-    log_path = tmp_path / "flower.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "flower", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0)
-    try:
-
-        def up() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"flower exited with {proc.returncode}: {log_path.read_text()}")
-            try:
-                return http.get("/healthcheck").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(up, timeout_s=WAIT_S, interval_s=0.1, what="Flower to answer /healthcheck")
-        yield http
-    finally:
-        http.close()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only(

@@ -27,12 +27,11 @@ import pytest
 
 from runtime.errors import RequestInvalid
 from runtime.models.scrub import REDACTED
-from tests.conftest import BROKER_URL, REPO, Cluster, rows, wait_until
-from tests.e2e.helpers import WAIT_S, wait_ready
-from tests.e2e.test_api import A, ApiServer, api, sse  # noqa: F401  (api: the fixture)
-from tests.e2e.test_flower import flower  # noqa: F401  (the fixture)
-from tests.e2e.test_providers_e2e import all_rows_as_text
-from tests.unit.test_provider_server import (
+from tests.support.api import A, ApiServer, sse
+from tests.support.cluster import Cluster, wait_ready
+from tests.support.db import all_rows_as_text, rows
+from tests.support.env import BROKER_URL, REPO, WAIT_S
+from tests.support.providers import (
     FakeProvider,
     Recorded,
     Reply,
@@ -41,6 +40,7 @@ from tests.unit.test_provider_server import (
     echoing_reply,
     openai_reply,
 )
+from tests.support.wait import wait_until
 from worker import client
 from worker.bootstrap import WorkerContext, build_context
 from worker.settings import Settings
@@ -135,8 +135,8 @@ def test_no_key_reaches_any_log_row_event_flower_task_or_status(
     cluster: Cluster,
     sealed_ctx: WorkerContext,
     fake: FakeProvider,
-    flower: httpx.Client,  # noqa: F811
-    api: ApiServer,  # noqa: F811
+    flower: httpx.Client,
+    api: ApiServer,
 ) -> None:
     ctx = sealed_ctx
     env = {f"AIDAWORK_{k.upper()}": v for k, v in key_settings(fake).items()}

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
-from tests.conftest import Cluster, rows, scripted_request, wait_until
-from tests.e2e.helpers import calls_per_boundary, events, round_rows, run_row, wait_terminal
+from tests.support.cluster import Cluster, events
+from tests.support.db import calls_per_boundary, round_rows, rows, run_row, wait_terminal
+from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 from worker.app import dispatch_round
 

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import redis
 
-from tests.conftest import BROKER_URL, Cluster, scripted_request
-from tests.e2e.helpers import events, round_rows, run_row, wait_terminal
+from tests.support.cluster import Cluster, events
+from tests.support.db import round_rows, run_row, wait_terminal
+from tests.support.env import BROKER_URL
+from tests.support.requests import scripted_request
 from worker import client
 from worker.app import ROUNDS_QUEUE
 

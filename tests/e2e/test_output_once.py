@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from schema.store.owners import TailKey, read_event_tails
-from tests.conftest import Cluster, rows, scripted_request
-from tests.e2e.helpers import WAIT_S, wait_ready
+from tests.support.cluster import Cluster, wait_ready
+from tests.support.db import rows
+from tests.support.env import WAIT_S
+from tests.support.requests import scripted_request
 from worker import client
 
 MARKER = "once-" + "x" * 100_000  # a 100 kB tool output

@@ -6,16 +6,11 @@ import subprocess
 import sys
 from datetime import datetime
 
-from tests.conftest import REPO, Cluster, rows, scripted_request, wait_until
-from tests.e2e.helpers import (
-    calls_per_boundary,
-    events,
-    round_rows,
-    run_row,
-    wait_exit,
-    wait_model_call_succeeded,
-    wait_terminal,
-)
+from tests.support.cluster import Cluster, events, wait_exit
+from tests.support.db import calls_per_boundary, round_rows, rows, run_row, wait_model_call_succeeded, wait_terminal
+from tests.support.env import REPO
+from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 
 SLEEP_S = 2

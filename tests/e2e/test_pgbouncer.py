@@ -18,10 +18,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import BROKER_URL, Cluster, rows, scripted_request, wait_until
-from tests.e2e.helpers import WAIT_S, calls_per_boundary, wait_ready, wait_terminal
-from tests.e2e.test_api import free_port
-from tests.e2e.test_suspension import wait_suspended
+from tests.support.api import free_port
+from tests.support.cluster import Cluster, wait_ready
+from tests.support.db import calls_per_boundary, rows, wait_suspended, wait_terminal
+from tests.support.env import BROKER_URL, WAIT_S
+from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 from worker.bootstrap import build_context
 from worker.settings import Settings

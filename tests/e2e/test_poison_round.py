@@ -1,7 +1,9 @@
 from __future__ import annotations
 
-from tests.conftest import Cluster, scripted_request, wait_until
-from tests.e2e.helpers import events, model_calls, round_rows, run_row
+from tests.support.cluster import Cluster, events
+from tests.support.db import model_calls, round_rows, run_row
+from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 from worker.failpoints import EXIT_CODE
 from worker.round import ROUND_ATTEMPTS_EXHAUSTED

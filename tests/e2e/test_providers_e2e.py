@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
-from tests.conftest import BROKER_URL, Cluster, rows
-from tests.e2e.helpers import WAIT_S, model_calls, wait_ready
-from tests.unit.test_provider_server import FakeProvider, Recorded, Reply, add_then_answer, openai_error
+from tests.support.cluster import Cluster, wait_ready
+from tests.support.db import all_rows_as_text, model_calls, rows
+from tests.support.env import BROKER_URL, WAIT_S
+from tests.support.providers import FakeProvider, Recorded, Reply, add_then_answer, openai_error
 from worker import client
 from worker.bootstrap import WorkerContext, build_context
 from worker.settings import Settings
@@ -79,19 +79,6 @@ def run_request(model: dict[str, Any]) -> dict[str, Any]:
         "input": "Add 2 and 3.",
         "config": {"model": model, "system_prompt": "You add numbers.", "tools": ["add"]},
     }
-
-
-def all_rows_as_text(ctx: WorkerContext) -> dict[str, str]:
-    """Every row of every table in the test database, as PostgreSQL's text form."""
-    tables = [
-        r["table_name"]
-        for r in rows(ctx.engine, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")
-    ]
-    out = {}
-    with ctx.engine.connect() as conn:
-        for table in tables:
-            out[table] = "\n".join(r[0] for r in conn.execute(text(f'SELECT t::text FROM "{table}" t')))
-    return out
 
 
 def test_tool_using_runs_complete_for_each_provider_and_no_key_is_logged_or_stored(

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import Cluster, rows, scripted_request
-from tests.e2e.helpers import wait_terminal
+from tests.support.cluster import Cluster
+from tests.support.db import rows, wait_terminal
+from tests.support.requests import scripted_request
 from worker import client
 
 

@@ -31,9 +31,11 @@ from sqlalchemy.exc import OperationalError
 
 from schema.migrate import upgrade_head
 from schema.store.tx import make_engine
-from tests.conftest import BROKER_URL, Cluster, rows, wait_until
-from tests.e2e.helpers import wait_ready
-from tests.e2e.test_api import free_port
+from tests.support.api import free_port
+from tests.support.cluster import Cluster, wait_ready
+from tests.support.db import rows
+from tests.support.env import BROKER_URL
+from tests.support.wait import wait_until
 from worker.bootstrap import build_context
 from worker.settings import Settings
 

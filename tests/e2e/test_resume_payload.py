@@ -11,10 +11,12 @@ from typing import Any
 
 import redis
 
-from tests.conftest import BROKER_URL, Cluster, scripted_request, wait_until
-from tests.db.test_resume_refusals import assert_unchanged, snapshot
-from tests.e2e.helpers import events, wait_ready, wait_terminal
-from tests.unit.test_refusal_points import RESUME
+from tests.support.cluster import Cluster, events, wait_ready
+from tests.support.db import wait_terminal
+from tests.support.env import BROKER_URL
+from tests.support.requests import RESUME, scripted_request
+from tests.support.suspensions import assert_unchanged, snapshot
+from tests.support.wait import wait_until
 from worker import client
 from worker.app import RESUME_ROUND_TASK, ROUNDS_QUEUE, app
 

@@ -10,9 +10,11 @@ import time
 from typing import Any
 from uuid import UUID
 
-from tests.conftest import Cluster, rows, scripted_request, wait_until
-from tests.e2e.helpers import wait_ready
-from tests.e2e.storm import RollingKills
+from tests.support.cluster import Cluster, wait_ready
+from tests.support.db import rows
+from tests.support.requests import scripted_request
+from tests.support.storm import RollingKills
+from tests.support.wait import wait_until
 from worker import client
 from worker.round import ROUND_ATTEMPTS_EXHAUSTED, UNSTARTED_CLAIMS_FACTOR
 from worker.settings import Settings

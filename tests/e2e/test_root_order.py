@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from runtime.messages import Message
 from schema.store.bodies import message_body_sql
-from tests.conftest import Cluster, rows, scripted_request, wait_until
-from tests.e2e.helpers import events, model_calls, run_row, wait_terminal
+from tests.support.cluster import Cluster, events
+from tests.support.db import model_calls, rows, run_row, wait_terminal
+from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 
 BODY = message_body_sql()  # a tool message's output is stored once, in tool_invocations

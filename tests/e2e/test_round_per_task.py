@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from schema.store.bodies import message_body_sql
-from tests.conftest import Cluster, rows, scripted_request
-from tests.e2e.helpers import events, round_rows, wait_ready, wait_terminal
+from tests.support.cluster import Cluster, events, wait_ready
+from tests.support.db import round_rows, rows, wait_terminal
+from tests.support.requests import scripted_request
 from worker import client
 
 SCRIPT = [

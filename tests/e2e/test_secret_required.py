@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import BROKER_URL, REPO, Cluster, scripted_request
-from tests.e2e.helpers import wait_ready
+from tests.support.cluster import Cluster, wait_ready
+from tests.support.env import BROKER_URL, REPO
+from tests.support.requests import scripted_request
 from worker import client
 
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from tests.conftest import Cluster, rows, scripted_request
+from tests.support.cluster import Cluster
+from tests.support.db import rows
+from tests.support.requests import scripted_request
 from worker import client
 
 

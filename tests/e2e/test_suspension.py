@@ -18,17 +18,11 @@ from uuid import UUID
 from sqlalchemy import Engine
 
 from schema.store.bodies import event_data_sql, message_body_sql
-from tests.conftest import BROKER_URL, REPO, Cluster, rows, scripted_request, wait_until
-from tests.e2e.helpers import (
-    calls_per_boundary,
-    events,
-    model_calls,
-    round_rows,
-    run_row,
-    wait_exit,
-    wait_ready,
-    wait_terminal,
-)
+from tests.support.cluster import Cluster, events, wait_exit, wait_ready
+from tests.support.db import calls_per_boundary, model_calls, round_rows, rows, run_row, wait_suspended, wait_terminal
+from tests.support.env import BROKER_URL, REPO
+from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 from worker.failpoints import EXIT_CODE
 
@@ -36,15 +30,6 @@ WAIT_S = 30.0
 
 BODY = message_body_sql()
 EVENT_DATA = event_data_sql()  # a tool message's output is stored once, in tool_invocations
-
-
-def wait_suspended(engine: Engine, run_id: UUID, boundary_seq: int = 0) -> dict[str, Any]:
-    def suspended() -> dict[str, Any] | None:
-        row = run_row(engine, run_id)
-        assert row["status"] not in ("completed", "failed", "cancelled"), row
-        return row if (row["status"], row["boundary_seq"]) == ("suspended", boundary_seq) else None
-
-    return wait_until(suspended, timeout_s=WAIT_S, what=f"run {run_id} to suspend at round {boundary_seq}")  # type: ignore[no-any-return]
 
 
 def run_events(engine: Engine, run_id: UUID, kind: str, tool_call_id: str | None = None) -> list[dict[str, Any]]:

@@ -2,16 +2,18 @@ from __future__ import annotations
 
 import signal
 
-from tests.conftest import Cluster, rows, scripted_request, wait_until
-from tests.e2e.helpers import (
+from tests.support.cluster import Cluster, events
+from tests.support.db import (
     calls_per_boundary,
-    events,
     model_calls,
     round_rows,
+    rows,
     run_row,
     wait_model_call_succeeded,
     wait_terminal,
 )
+from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 
 SLEEP_S = 2  # the round to kill sits in this tool call; far longer than it takes to kill it

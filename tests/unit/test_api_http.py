@@ -14,22 +14,13 @@ import httpx
 import pytest
 
 from schema.wire import RunRequest
+from tests.support.api import TOKEN, error_of, no_store
 from worker.api import RunSubmission, create_app
-from worker.bootstrap import WorkerContext
 from worker.settings import Settings
 
-TOKEN = "unit-token-" + "0" * 16
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 LIMIT = 4096
 VALID = {"input": "go", "config": {"model": {"provider": "scripted", "turns": [{"content": "hi"}]}}}
-
-
-class StoreTouched(AssertionError):
-    pass
-
-
-def no_store() -> WorkerContext:
-    raise StoreTouched("a refused request reached the store")
 
 
 def request(method: str, url: str, **kwargs: Any) -> httpx.Response:
@@ -44,12 +35,6 @@ def request(method: str, url: str, **kwargs: Any) -> httpx.Response:
             return response
 
     return anyio.run(go)
-
-
-def error_of(response: httpx.Response) -> dict[str, Any]:
-    body = response.json()
-    assert set(body) == {"error"} and {"code", "message", "field"} <= set(body["error"]), body
-    return body["error"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(

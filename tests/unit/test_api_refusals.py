@@ -15,7 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from runtime.canonical import MAX_JSON_DEPTH, NON_FINITE, NUL_CHARACTER, TOO_DEEP, TOO_MANY_DIGITS, UNPAIRED_SURROGATE
-from tests.unit.test_api_http import TOKEN, error_of, no_store
+from tests.support.api import TOKEN, error_of, no_store
 from worker.api import create_app
 from worker.bootstrap import WorkerContext
 from worker.settings import Settings

@@ -29,7 +29,8 @@ from runtime.loop import MAX_ROUNDS_EXCEEDED, Continue, Fail, Finish, RunState, 
 from runtime.models.scripted import ScriptedModel
 from runtime.prepare import resolve_and_run
 from runtime.tools import EchoArgs, Tool, ToolDomain, builtin_registry
-from tests.unit.support import RecordingFactory, deps_for, scripted
+from tests.support.fakes import RecordingFactory, deps_for
+from tests.support.requests import scripted_request
 
 SAFE = 2**53 - 1
 
@@ -269,7 +270,7 @@ def _drive(deps, text: str = "go", max_steps: int = 100):
 
 @pytest.mark.parametrize("limit", [2, 3, 5])
 def test_loop_fails_the_round_that_reaches_the_limit_with_a_breaker_event(limit) -> None:
-    raw = _with_limit(scripted([ECHO] * 10 + [{"content": "never"}], tools=("echo", "local_echo")), limit)
+    raw = _with_limit(scripted_request([ECHO] * 10 + [{"content": "never"}], tools=("echo", "local_echo")), limit)
     results = _drive(deps_for(raw))
 
     assert len(results) == limit
@@ -290,7 +291,7 @@ def test_loop_fails_the_round_that_reaches_the_limit_with_a_breaker_event(limit)
 
 def test_loop_breaker_state_survives_a_run_state_rebuilt_from_stored_values() -> None:
     # A worker building RunState from the stored previous round (not from .after()).
-    raw = _with_limit(scripted([ECHO] * 5, tools=("echo",)), 3)
+    raw = _with_limit(scripted_request([ECHO] * 5, tools=("echo",)), 3)
     deps = deps_for(raw)
     s0 = RunState.start("go")
     r0 = drive_react_loop(deps, s0)
@@ -308,7 +309,8 @@ def test_loop_breaker_state_survives_a_run_state_rebuilt_from_stored_values() ->
 
 def test_loop_alternating_rounds_never_trip_and_a_streak_after_a_change_counts_from_one() -> None:
     other = {"tool_calls": [{"name": "echo", "args": {"q": "other"}}]}
-    raw = _with_limit(scripted([ECHO, ECHO, other, ECHO, ECHO, other, ECHO, {"content": "ok"}], tools=("echo",)), 3)
+    turns = [ECHO, ECHO, other, ECHO, ECHO, other, ECHO, {"content": "ok"}]
+    raw = _with_limit(scripted_request(turns, tools=("echo",)), 3)
     results = _drive(deps_for(raw))
     assert [r.repeat_count for r in results] == [1, 2, 1, 1, 2, 1, 1, 0]
     assert results[-1].outcome == Finish("ok")
@@ -316,7 +318,7 @@ def test_loop_alternating_rounds_never_trip_and_a_streak_after_a_change_counts_f
 
 def test_loop_same_args_with_changing_results_do_not_trip() -> None:
     counter = itertools.count()
-    raw = _with_limit(scripted([ECHO] * 6 + [{"content": "ok"}], tools=("echo",)), 2)
+    raw = _with_limit(scripted_request([ECHO] * 6 + [{"content": "ok"}], tools=("echo",)), 2)
     deps = deps_for(raw)
     changing = Tool("echo", "echo plus a counter", EchoArgs, ToolDomain.SDK,
                     lambda a, *_: {**a.model_dump(), "seq": next(counter)})
@@ -332,7 +334,7 @@ def _runtime_recording() -> tuple[Runtime, RecordingFactory]:
 
 def test_resolve_and_run_stops_ten_identical_echo_rounds_after_exactly_three_model_calls() -> None:
     runtime, factory = _runtime_recording()
-    raw = _with_limit(scripted([ECHO] * 10, tools=("echo", "local_echo"), max_rounds=50), 3)
+    raw = _with_limit(scripted_request([ECHO] * 10, tools=("echo", "local_echo"), max_rounds=50), 3)
     run = resolve_and_run(runtime, raw)
 
     assert isinstance(run.outcome, Fail), run.outcome
@@ -345,7 +347,7 @@ def test_resolve_and_run_stops_ten_identical_echo_rounds_after_exactly_three_mod
 
 def test_resolve_and_run_uses_the_default_limit_when_the_policy_has_none() -> None:
     runtime, factory = _runtime_recording()
-    raw = scripted([ECHO] * 10, tools=("echo",), max_rounds=50)
+    raw = scripted_request([ECHO] * 10, tools=("echo",), max_rounds=50)
     assert "repeated_tool_call_limit" not in raw["config"]["policy"]
     run = resolve_and_run(runtime, raw)
     assert isinstance(run.outcome, Fail) and run.outcome.error_code == REPEATED_IDENTICAL_TOOL_CALL
@@ -354,7 +356,7 @@ def test_resolve_and_run_uses_the_default_limit_when_the_policy_has_none() -> No
 
 def test_resolve_and_run_does_not_stop_identical_local_echo_rounds_that_end_by_their_script() -> None:
     runtime, factory = _runtime_recording()
-    raw = _with_limit(scripted([LOCAL_ECHO] * 10 + [{"content": "done"}], tools=("echo", "local_echo"),
+    raw = _with_limit(scripted_request([LOCAL_ECHO] * 10 + [{"content": "done"}], tools=("echo", "local_echo"),
                                max_rounds=50), 3)
     run = resolve_and_run(runtime, raw)
     assert run.outcome == Finish(output="done")
@@ -364,7 +366,7 @@ def test_resolve_and_run_does_not_stop_identical_local_echo_rounds_that_end_by_t
 
 def test_resolve_and_run_identical_local_echo_rounds_end_at_max_rounds() -> None:
     runtime, factory = _runtime_recording()
-    raw = _with_limit(scripted([LOCAL_ECHO] * 10, tools=("local_echo",), max_rounds=7), 3)
+    raw = _with_limit(scripted_request([LOCAL_ECHO] * 10, tools=("local_echo",), max_rounds=7), 3)
     run = resolve_and_run(runtime, raw)
     assert isinstance(run.outcome, Fail)
     assert run.outcome.error_code == MAX_ROUNDS_EXCEEDED

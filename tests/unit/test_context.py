@@ -23,7 +23,8 @@ from runtime.config import MAX_TOOL_OUTPUT_BYTES, Policy
 from runtime.context import context_chain, slim_tool_results_for_next_round
 from runtime.loop import Continue, Finish, RunState, drive_react_loop
 from runtime.messages import Message, ToolCall, tool_message, user_message
-from tests.unit.support import RecordingHooks, deps_for, replay_chain, scripted
+from tests.support.fakes import RecordingHooks, deps_for, replay_chain
+from tests.support.requests import scripted_request
 
 MARKER = re.compile(
     r"\n\[output truncated for the model context: showing the first (?P<kept>\d+) of (?P<total>\d+) bytes, "
@@ -221,7 +222,7 @@ BLOB = 100_000
 
 
 def _blob_run(char: str, limit: int | None):
-    raw = scripted(
+    raw = scripted_request(
         [{"tool_calls": [{"name": "text_blob", "args": {"size_bytes": BLOB, "char": char}}]}, {"content": "done"}],
         tools=("text_blob", "echo"),
     )
@@ -282,7 +283,7 @@ def test_loop_stores_the_full_blob_but_the_next_round_sees_the_slimmed_form(char
 
 
 def test_loop_small_outputs_reach_the_next_round_unchanged() -> None:
-    raw = scripted([{"tool_calls": [{"name": "text_blob", "args": {"size_bytes": 16_000}}]}, {"content": "ok"}],
+    raw = scripted_request([{"tool_calls": [{"name": "text_blob", "args": {"size_bytes": 16_000}}]}, {"content": "ok"}],
                    tools=("text_blob",))
     deps = deps_for(raw)
     hooks = RecordingHooks()

@@ -27,20 +27,7 @@ from runtime.canonical import (
     require_json,
 )
 from runtime.errors import RequestInvalid
-
-
-def nested_lists(levels: int, leaf: Any = 1) -> Any:
-    value = leaf
-    for _ in range(levels):
-        value = [value]
-    return value
-
-
-def nested_objects(levels: int, leaf: Any = 1) -> Any:
-    value = leaf
-    for _ in range(levels):
-        value = {"a": value}
-    return value
+from tests.support.shapes import nested_lists, nested_objects
 
 
 @pytest.mark.parametrize(

@@ -20,17 +20,8 @@ from runtime.models.base import ModelResponse
 from runtime.models.scripted import ScriptedModel
 from runtime.outcomes import RebuildRequired
 from runtime.tools import ToolDomain
-from tests.unit.support import (
-    CountingModel,
-    FixedModel,
-    RaisingModel,
-    RecordingHooks,
-    calls,
-    deps_for,
-    example_request,
-    replay_chain,
-    scripted,
-)
+from tests.support.fakes import CountingModel, FixedModel, RaisingModel, RecordingHooks, calls, deps_for, replay_chain
+from tests.support.requests import example_request, scripted_request
 
 ADD_THEN_ANSWER = [
     {"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]},
@@ -51,7 +42,7 @@ def _two_rounds(raw):
 
 
 def test_tool_round_continues_with_user_assistant_and_tool_messages_at_positions_0_to_2() -> None:
-    raw = scripted(ADD_THEN_ANSWER, text="Add 2 and 3.")
+    raw = scripted_request(ADD_THEN_ANSWER, text_input="Add 2 and 3.")
     result = drive_react_loop(deps_for(raw), RunState.start("Add 2 and 3."))
 
     assert result.outcome == Continue()
@@ -67,7 +58,7 @@ def test_tool_round_continues_with_user_assistant_and_tool_messages_at_positions
 
 
 def test_tool_round_chain_digests_match_chain_digest_applied_in_order() -> None:
-    raw = scripted(ADD_THEN_ANSWER)
+    raw = scripted_request(ADD_THEN_ANSWER)
     result = drive_react_loop(deps_for(raw), RunState.start("go"))
     messages = [m.message for m in result.new_messages]
 
@@ -79,7 +70,7 @@ def test_tool_round_chain_digests_match_chain_digest_applied_in_order() -> None:
 
 
 def test_tool_round_records_the_invocation_and_a_tool_completed_event() -> None:
-    result = drive_react_loop(deps_for(scripted(ADD_THEN_ANSWER)), RunState.start("go"))
+    result = drive_react_loop(deps_for(scripted_request(ADD_THEN_ANSWER)), RunState.start("go"))
 
     (inv,) = result.tool_invocations
     assert inv.status == "completed"
@@ -98,7 +89,7 @@ def test_tool_round_records_the_invocation_and_a_tool_completed_event() -> None:
 
 
 def test_several_tool_calls_in_one_round_get_one_tool_message_each_in_call_order() -> None:
-    raw = scripted(
+    raw = scripted_request(
         [
             {"tool_calls": [{"name": "echo", "args": {"x": 1}}, {"name": "add", "args": {"a": 1, "b": 1}}]},
             {"content": "done"},
@@ -116,7 +107,7 @@ def test_several_tool_calls_in_one_round_get_one_tool_message_each_in_call_order
 
 
 def test_content_round_finishes_with_the_output_and_a_run_completed_event() -> None:
-    _, r0, _, r1 = _two_rounds(scripted(ADD_THEN_ANSWER))
+    _, r0, _, r1 = _two_rounds(scripted_request(ADD_THEN_ANSWER))
 
     assert r1.outcome == Finish(output="5")
     assert r1.boundary_seq == 1
@@ -132,7 +123,7 @@ def test_content_round_finishes_with_the_output_and_a_run_completed_event() -> N
 
 
 def test_run_state_after_carries_history_digest_and_position() -> None:
-    _, r0, state1, _ = _two_rounds(scripted(ADD_THEN_ANSWER))
+    _, r0, state1, _ = _two_rounds(scripted_request(ADD_THEN_ANSWER))
 
     assert state1.boundary_seq == 1
     assert state1.history == tuple(m.message for m in r0.new_messages)
@@ -142,7 +133,7 @@ def test_run_state_after_carries_history_digest_and_position() -> None:
 
 
 def test_second_round_sends_the_whole_history_and_its_chain_digest_to_the_model() -> None:
-    raw = scripted(ADD_THEN_ANSWER)
+    raw = scripted_request(ADD_THEN_ANSWER, tools=("add", "echo"))
     model = CountingModel(ScriptedModel(_scripted_config(raw)))
     deps = deps_for(raw, model=model)
     state0 = RunState.start("go")
@@ -170,8 +161,8 @@ def test_first_round_of_a_run_on_an_existing_root_chains_from_the_root_history()
     earlier = (user_message("before"), Message(role="assistant", content="ok"))
     chain = replay_chain(earlier)
     state = RunState(input="again", history=earlier, history_digest=chain[-1], last_position=7)
-    model = CountingModel(ScriptedModel(_scripted_config(scripted([{"content": "fine"}]))))
-    result = drive_react_loop(deps_for(scripted([{"content": "fine"}]), model=model), state)
+    model = CountingModel(ScriptedModel(_scripted_config(scripted_request([{"content": "fine"}]))))
+    result = drive_react_loop(deps_for(scripted_request([{"content": "fine"}]), model=model), state)
 
     assert [(m.position, m.message.role) for m in result.new_messages] == [(8, "user"), (9, "assistant")]
     assert result.new_messages[0].chain_digest == chain_digest(chain[-1], user_message("again").to_json())
@@ -183,7 +174,7 @@ def test_first_round_of_a_run_on_an_existing_root_chains_from_the_root_history()
 
 
 def test_round_digests_are_present_and_match_their_definitions() -> None:
-    deps, r0, state1, r1 = _two_rounds(scripted(ADD_THEN_ANSWER))
+    deps, r0, state1, r1 = _two_rounds(scripted_request(ADD_THEN_ANSWER))
 
     for r in (r0, r1):
         assert r.digests.system == digest("test") == deps.system_digest
@@ -210,8 +201,8 @@ def test_round_digests_are_deterministic_across_two_identical_runs() -> None:
 
 
 def test_round_digests_change_when_the_system_prompt_changes() -> None:
-    _, a0, _, _ = _two_rounds(scripted(ADD_THEN_ANSWER, system_prompt="one"))
-    _, b0, _, _ = _two_rounds(scripted(ADD_THEN_ANSWER, system_prompt="two"))
+    _, a0, _, _ = _two_rounds(scripted_request(ADD_THEN_ANSWER, system_prompt="one"))
+    _, b0, _, _ = _two_rounds(scripted_request(ADD_THEN_ANSWER, system_prompt="two"))
 
     assert a0.digests.system != b0.digests.system
     assert a0.digests.tools == b0.digests.tools
@@ -222,7 +213,9 @@ def test_round_digests_change_when_the_system_prompt_changes() -> None:
 
 
 def test_max_rounds_reached_with_a_tool_call_fails_without_another_model_call() -> None:
-    raw = scripted([{"tool_calls": [{"name": "add", "args": {"a": 1, "b": 1}}]}, {"content": "2"}], max_rounds=1)
+    raw = scripted_request(
+        [{"tool_calls": [{"name": "add", "args": {"a": 1, "b": 1}}]}, {"content": "2"}], max_rounds=1
+    )
     model = CountingModel(ScriptedModel(_scripted_config(raw)))
     result = drive_react_loop(deps_for(raw, model=model), RunState.start("go"))
 
@@ -238,7 +231,7 @@ def test_max_rounds_reached_with_a_tool_call_fails_without_another_model_call() 
 
 def test_max_rounds_counts_every_round_of_the_run() -> None:
     tool_turn = {"tool_calls": [{"name": "echo", "args": {}}]}
-    raw = scripted([tool_turn, tool_turn, tool_turn, {"content": "late"}], max_rounds=2)
+    raw = scripted_request([tool_turn, tool_turn, tool_turn, {"content": "late"}], max_rounds=2)
     model = CountingModel(ScriptedModel(_scripted_config(raw)))
     deps = deps_for(raw, model=model)
     state = RunState.start("go")
@@ -251,14 +244,14 @@ def test_max_rounds_counts_every_round_of_the_run() -> None:
 
 
 def test_a_final_answer_in_the_last_allowed_round_still_finishes() -> None:
-    _, r0, _, r1 = _two_rounds(scripted(ADD_THEN_ANSWER, max_rounds=2))
+    _, r0, _, r1 = _two_rounds(scripted_request(ADD_THEN_ANSWER, max_rounds=2))
 
     assert r0.outcome == Continue()
     assert r1.outcome == Finish("5")
 
 
 def test_a_script_that_runs_out_fails_with_model_script_exhausted() -> None:
-    raw = scripted([{"tool_calls": [{"name": "echo", "args": {"x": 1}}]}])
+    raw = scripted_request([{"tool_calls": [{"name": "echo", "args": {"x": 1}}]}])
     _, r0, _, r1 = _two_rounds(raw)
 
     assert r0.outcome == Continue()
@@ -274,7 +267,7 @@ def test_a_script_that_runs_out_fails_with_model_script_exhausted() -> None:
 
 
 def test_a_model_calling_a_tool_not_enabled_gets_a_failed_tool_unknown_result_and_the_run_continues() -> None:
-    raw = scripted([{"content": "unused"}], tools=["add"])
+    raw = scripted_request([{"content": "unused"}], tools=["add"])
     model = FixedModel([calls(("sleep", {"seconds": 0})), ModelResponse("done")])
     deps = deps_for(raw, model=model)
     state = RunState.start("go")
@@ -295,7 +288,7 @@ def test_a_model_calling_a_tool_not_enabled_gets_a_failed_tool_unknown_result_an
 
 
 def test_a_tool_given_bad_args_gives_a_failed_tool_args_invalid_result() -> None:
-    raw = scripted([{"content": "unused"}], tools=["add"])
+    raw = scripted_request([{"content": "unused"}], tools=["add"])
     model = FixedModel([calls(("add", {"a": "two", "b": 3})), ModelResponse("sorry")])
     result = drive_react_loop(deps_for(raw, model=model), RunState.start("go"))
 
@@ -309,7 +302,7 @@ def test_a_tool_given_bad_args_gives_a_failed_tool_args_invalid_result() -> None
 
 
 def test_a_tool_given_an_unexpected_arg_is_refused_naming_it() -> None:
-    raw = scripted([{"content": "unused"}], tools=["add"])
+    raw = scripted_request([{"content": "unused"}], tools=["add"])
     model = FixedModel([calls(("add", {"a": 1, "b": 2, "c": 3}))])
     result = drive_react_loop(deps_for(raw, model=model), RunState.start("go"))
 
@@ -322,7 +315,7 @@ def test_a_tool_whose_result_overflows_does_not_crash_the_round() -> None:
     # 1e308 + 1e308 is inf, which canonical JSON cannot encode (allow_nan=False). Valid,
     # finite args from the model must not make the round raise: it should end with a
     # result the caller can persist. (Currently raises ValueError from loop._run_tool.)
-    raw = scripted(
+    raw = scripted_request(
         [{"tool_calls": [{"name": "add", "args": {"a": 1e308, "b": 1e308}}]}, {"content": "x"}], tools=["add"]
     )
     result = drive_react_loop(deps_for(raw), RunState.start("go"))
@@ -335,7 +328,7 @@ def test_a_tool_whose_result_overflows_does_not_crash_the_round() -> None:
 
 
 def test_hooks_are_called_once_before_and_once_after_the_model_call_with_the_request_digest() -> None:
-    raw = scripted(ADD_THEN_ANSWER)
+    raw = scripted_request(ADD_THEN_ANSWER)
     log: list[str] = []
     model = CountingModel(ScriptedModel(_scripted_config(raw)), log=log)
     hooks = RecordingHooks(log=log)
@@ -355,7 +348,7 @@ def test_hooks_are_called_once_before_and_once_after_the_model_call_with_the_req
 
 
 def test_request_digest_is_the_same_for_an_identical_round_and_differs_for_the_next() -> None:
-    raw = scripted(ADD_THEN_ANSWER)
+    raw = scripted_request(ADD_THEN_ANSWER)
     h1, h2 = RecordingHooks(), RecordingHooks()
     deps = deps_for(raw)
     state0 = RunState.start("go")
@@ -374,7 +367,7 @@ def test_a_retryable_model_unavailable_propagates_and_the_hooks_saw_the_failure(
     hooks = RecordingHooks(log=log)
 
     with pytest.raises(ModelUnavailable) as info:
-        drive_react_loop(deps_for(scripted([{"content": "x"}]), model=model), RunState.start("go"), hooks)
+        drive_react_loop(deps_for(scripted_request([{"content": "x"}]), model=model), RunState.start("go"), hooks)
 
     assert info.value is error
     assert model.calls == 1
@@ -386,7 +379,7 @@ def test_a_context_window_rejection_asks_for_a_rebuild_not_a_failure() -> None:
     error = ModelInputRejection("context too long")
     hooks = RecordingHooks()
     result = drive_react_loop(
-        deps_for(scripted([{"content": "x"}]), model=RaisingModel(error)), RunState.start("go"), hooks
+        deps_for(scripted_request([{"content": "x"}]), model=RaisingModel(error)), RunState.start("go"), hooks
     )
 
     assert result.outcome == RebuildRequired("context too long")
@@ -403,7 +396,7 @@ def test_a_context_window_rejection_asks_for_a_rebuild_not_a_failure() -> None:
 def test_a_non_retryable_model_error_becomes_fail_with_its_code(error: ModelError, code: str) -> None:
     hooks = RecordingHooks()
     result = drive_react_loop(
-        deps_for(scripted([{"content": "x"}]), model=RaisingModel(error)), RunState.start("go"), hooks
+        deps_for(scripted_request([{"content": "x"}]), model=RaisingModel(error)), RunState.start("go"), hooks
     )
 
     assert result.outcome == Fail(code, error.message)
@@ -418,7 +411,7 @@ def test_a_non_retryable_model_error_becomes_fail_with_its_code(error: ModelErro
 
 def test_a_response_with_neither_content_nor_calls_finishes_with_empty_output() -> None:
     model = FixedModel([ModelResponse(content=None)])
-    result = drive_react_loop(deps_for(scripted([{"content": "x"}]), model=model), RunState.start("go"))
+    result = drive_react_loop(deps_for(scripted_request([{"content": "x"}]), model=model), RunState.start("go"))
 
     assert result.outcome == Finish("")
     assert result.events[-1].data == {"output": ""}

@@ -18,7 +18,8 @@ from runtime.models.scripted import ScriptedModel
 from runtime.prepare import prepare_execution, resolve_and_run
 from runtime.tools import builtin_registry
 from schema.wire import RunRequest
-from tests.unit.support import RecordingFactory, example_request
+from tests.support.fakes import RecordingFactory
+from tests.support.requests import example_request
 
 Mutation = Callable[[dict[str, Any]], None]
 

@@ -18,7 +18,7 @@ from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.http import ModelRequestRefused, ModelResponseInvalid, RetryPolicy
 from runtime.models.keys import ModelKeys
 from runtime.tools import builtin_registry
-from tests.unit.test_provider_server import FakeProvider, Reply, anthropic_error, anthropic_reply
+from tests.support.providers import FakeProvider, Reply, anthropic_error, anthropic_reply
 
 KEY = "sk-ant-test-key"
 FAST_RETRY = RetryPolicy(max_attempts=4, base_s=0.01, cap_s=0.05)

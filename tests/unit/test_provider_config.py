@@ -23,7 +23,7 @@ from runtime.models.openai_compat import OpenAICompatModel
 from runtime.outcomes import Fail, Finish
 from runtime.prepare import prepare_execution, resolve_and_run
 from schema.wire.retry import RetryPolicy, backoff_s
-from tests.unit.test_provider_server import FakeProvider, add_then_answer
+from tests.support.providers import FakeProvider, add_then_answer
 from worker.settings import SettingsError, load_settings
 
 CANARY = "sk-canary-XYZ"

@@ -25,7 +25,7 @@ from runtime.models.http import ModelRequestRefused, ModelResponseInvalid, Retry
 from runtime.models.keys import ModelKeys, NamedKey
 from runtime.models.openai_compat import OpenAIProvider
 from runtime.models.scrub import REDACTED
-from tests.unit.test_provider_server import (
+from tests.support.providers import (
     FakeProvider,
     Reply,
     anthropic_error,

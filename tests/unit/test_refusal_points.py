@@ -26,8 +26,9 @@ from runtime.loop import MODEL_RESPONSE_INVALID, Continue, Fail, RunState, drive
 from runtime.models.base import ModelResponse
 from runtime.prepare import parse_request
 from schema.wire import RunRequest
-from tests.unit.support import FixedModel, calls, deps_for, example_request, scripted
-from tests.unit.test_json_problem import nested_lists, nested_objects
+from tests.support.fakes import FixedModel, calls, deps_for
+from tests.support.requests import RESUME, example_request, scripted_request
+from tests.support.shapes import nested_lists, nested_objects
 from worker.client import check_delivery, check_prerequisite
 from worker.resume import parse_resumes
 
@@ -149,20 +150,6 @@ def test_a_refused_file_content_names_the_file_by_an_escaped_path() -> None:
     assert refused.message == f'files[1].content: {NUL_CHARACTER}, in the file "docs/b.md"'
 
 
-RESUME = {
-    "run_id": str(uuid4()),
-    "invocation_id": "inv",
-    "boundary_seq": 0,
-    "tool_call_id": "call_0_0",
-    "tool_domain": "local",
-    "args_digest": "d",
-    "work_owner": "team-a",
-    "claim_fence": 1,
-    "round_proof": "p",
-    "proof": "q",
-}
-
-
 @pytest.mark.parametrize(
     ("payload", "field"),
     [
@@ -192,7 +179,7 @@ def test_a_well_formed_resume_payload_is_parsed() -> None:
 
 
 def _echo_round(args: dict[str, Any]) -> Any:
-    raw = scripted([{"content": "unused"}], tools=["echo"])
+    raw = scripted_request([{"content": "unused"}], tools=["echo"])
     model = FixedModel([calls(("echo", args)), ModelResponse(content="done")])
     return drive_react_loop(deps_for(raw, model=model), RunState.start("go"))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -10,6 +10,7 @@ from runtime.canonical import chain_digest
 from runtime.config import ScriptedModelConfig
 from runtime.errors import ModelScriptExhausted
 from runtime.messages import Message, ToolCall, user_message
+from runtime.models import scripted as scripted_module
 from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.scripted import ScriptedModel
 
@@ -79,18 +80,15 @@ def test_a_round_beyond_the_script_raises_model_script_exhausted() -> None:
     assert "4 turns" in info.value.message and "turn 5" in info.value.message
 
 
-def test_latency_ms_is_honoured() -> None:
+def test_latency_ms_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(scripted_module, "time", SimpleNamespace(sleep=slept.append))
     m = model([{"content": "slow", "latency_ms": 50}, {"content": "fast"}])
 
-    start = time.perf_counter()
     assert m.complete(request(0)).content == "slow"
-    slow = time.perf_counter() - start
-    start = time.perf_counter()
-    m.complete(request(1))
-    fast = time.perf_counter() - start
-
-    assert 0.045 <= slow < 0.5
-    assert fast < 0.02
+    assert slept == [0.05]
+    assert m.complete(request(1)).content == "fast"
+    assert slept == [0.05]  # a turn without latency_ms does not wait
 
 
 def test_usage_tokens_are_deterministic() -> None:

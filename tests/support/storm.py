@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests.conftest import Cluster
+from tests.support.cluster import Cluster
 from worker.failpoints import EXIT_CODE
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,50 +12,6 @@ from runtime.errors import ModelError
 from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.prepare import prepare_execution
-
-# The example run request of the brief: one tool round, then the answer.
-EXAMPLE_REQUEST: dict[str, Any] = {
-    "owner": "team-a",
-    "root_id": None,
-    "input": "Add 2 and 3.",
-    "config": {
-        "model": {
-            "provider": "scripted",
-            "turns": [
-                {"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]},
-                {"content": "5", "latency_ms": 50},
-            ],
-        },
-        "system_prompt": "You add numbers.",
-        "tools": ["add", "echo"],
-        "policy": {"max_rounds": 20},
-    },
-}
-
-
-def example_request() -> dict[str, Any]:
-    return copy.deepcopy(EXAMPLE_REQUEST)
-
-
-def scripted(
-    turns: list[dict[str, Any]],
-    *,
-    tools: Sequence[str] = ("add", "echo"),
-    max_rounds: int = 20,
-    text: str = "go",
-    system_prompt: str = "test",
-) -> dict[str, Any]:
-    return {
-        "owner": "team-test",
-        "root_id": None,
-        "input": text,
-        "config": {
-            "model": {"provider": "scripted", "turns": turns},
-            "system_prompt": system_prompt,
-            "tools": list(tools),
-            "policy": {"max_rounds": max_rounds},
-        },
-    }
 
 
 def deps_for(raw: dict[str, Any], *, model: Any = None) -> OrchestratorDeps:
@@ -156,3 +111,21 @@ class RecordingFactory:
                 return inner.complete(request)
 
         return _Client()
+
+
+@dataclasses.dataclass(frozen=True)
+class SentTask:
+    name: str
+    args: list[Any]
+    queue: str | None
+
+
+class RecordingBroker:
+    """Stands in for ``app.send_task`` where no Redis runs (the db tier): records each task
+    sent and delivers none."""
+
+    def __init__(self) -> None:
+        self.sent: list[SentTask] = []
+
+    def send_task(self, name: str, args: Sequence[Any] = (), kwargs: Any = None, **options: Any) -> None:
+        self.sent.append(SentTask(name, list(args), options.get("queue")))

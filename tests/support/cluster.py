@@ -1,0 +1,127 @@
+"""Real ``aidawork worker`` / ``aidawork beat`` processes for a test, and reading what they log."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support.env import BROKER_URL, FAST_ENV, REPO, WAIT_S
+from tests.support.wait import wait_until
+
+
+class Cluster:
+    """Real worker and beat processes for one test, logging JSON lines to files."""
+
+    def __init__(self, db_url: str, log_dir: Path) -> None:
+        self.db_url = db_url
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+        env.update(FAST_ENV)
+        env.update({"AIDAWORK_DATABASE_URL": self.db_url, "AIDAWORK_BROKER_URL": BROKER_URL})
+        env.update(extra or {})
+        return env
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None) -> subprocess.Popen[bytes]:
+        if name in self.procs and self.procs[name].poll() is None:
+            raise RuntimeError(f"process {name} is already running")
+        log = (self.log_dir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", *args],
+            cwd=REPO,
+            env=self.env(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def start_worker(self, name: str = "w1", *, concurrency: int = 4,
+                     env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self._spawn(name, ["worker", "--concurrency", str(concurrency), "--loglevel", "WARNING"], env)
+
+    def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
+        return self._spawn(name, ["beat", "--loglevel", "WARNING"], None)
+
+    def signal(self, name: str, sig: int) -> None:
+        os.killpg(self.procs[name].pid, sig)
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def logs(self, name: str) -> list[dict[str, Any]]:
+        """The structlog JSON lines a process wrote (other lines are skipped)."""
+        path = self.log_dir / f"{name}.log"
+        out = []
+        for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return out
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGCONT)
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait(timeout=10)
+
+
+def events(cluster: Cluster, name: str, event: str | None = None, **fields: Any) -> list[dict[str, Any]]:
+    """The JSON log lines of process ``name`` with this event name and field values."""
+    out = []
+    for line in cluster.logs(name):
+        if event is not None and line.get("event") != event:
+            continue
+        if all(str(line.get(k)) == str(v) for k, v in fields.items()):
+            out.append(line)
+    return out
+
+
+
+def wait_ready(cluster: Cluster, *names: str, timeout_s: float = WAIT_S) -> None:
+    """Wait until each named worker process answers a remote-control ping, i.e. it is
+    consuming from the broker (so a task sent now can reach it)."""
+    from worker.app import app
+
+    host = socket.gethostname()
+    for name in names:
+        proc = cluster.procs[name]
+        node = f"aidawork-{proc.pid}@{host}"
+
+        def answered(proc: Any = proc, node: str = node, name: str = name) -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"worker {name} exited with {proc.returncode} while starting")
+            replies = app.control.ping(destination=[node], timeout=0.5, limit=1)
+            return any(node in reply for reply in replies)
+
+        wait_until(answered, timeout_s=timeout_s, interval_s=0.05, what=f"worker {name} to answer a ping")
+
+
+
+def wait_exit(cluster: Cluster, name: str, *, timeout_s: float = WAIT_S) -> int:
+    proc = cluster.procs[name]
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {name} did not exit within {timeout_s}s")
+        time.sleep(0.02)
+    return proc.returncode

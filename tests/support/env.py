@@ -1,0 +1,54 @@
+"""Where the test services are, read once. Importing this module points the broker URL of
+anything imported later (``worker.app`` reads it) at the test Redis database.
+
+``AIDAWORK_TEST_REDIS_DB`` picks the Redis database (default 9); ``AIDAWORK_TEST_BROKER_URL``
+replaces the whole URL, e.g. with a closed port to prove a tier needs no Redis.
+``AIDAWORK_TEST_PG`` is the PostgreSQL server the per-test databases are created on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, create_engine
+
+TEST_REDIS_DB = os.environ.get("AIDAWORK_TEST_REDIS_DB", "9")
+BROKER_URL = os.environ.get("AIDAWORK_TEST_BROKER_URL", f"redis://127.0.0.1:6379/{TEST_REDIS_DB}")
+os.environ["AIDAWORK_BROKER_URL"] = BROKER_URL
+PG_BASE = os.environ.get("AIDAWORK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
+REPO = Path(__file__).resolve().parent.parent.parent
+
+# Timings for tests: short leases so crash recovery takes seconds, not minutes.
+FAST_ENV = {
+    "AIDAWORK_LEASE_S": "2",
+    "AIDAWORK_DISPATCH_GRACE_S": "1",
+    "AIDAWORK_RECONCILE_INTERVAL_S": "0.5",
+    "AIDAWORK_LOG_LEVEL": "INFO",
+    # The in-process test context signs with the development secret; so do the workers.
+    "AIDAWORK_DEV": "1",
+}
+
+WAIT_S = 60.0  # generous: a loaded 2-core machine boots a Celery worker in a few seconds
+
+
+def unavailable(what: str, exc: Exception) -> None:
+    """A missing service skips the test, or fails it when ``CI`` is set."""
+    message = f"{what} is not reachable: {exc}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def admin_engine() -> Engine:
+    return create_engine(f"{PG_BASE}/postgres", isolation_level="AUTOCOMMIT")
+
+
+def make_context(db_url: str) -> Any:
+    """An in-process worker context (client side) on the test database and broker."""
+    from worker.bootstrap import build_context
+    from worker.settings import Settings
+
+    settings = Settings(database_url=db_url, broker_url=BROKER_URL, lease_s=2, dispatch_grace_s=1)
+    return build_context(settings)

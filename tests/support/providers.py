@@ -1,0 +1,237 @@
+"""A loopback HTTP server that speaks the providers' wire formats, for the provider tests
+(unit and e2e). Not a mock of the adapters: they send real HTTP over a real socket to
+127.0.0.1 and parse what comes back. The server records every request (path, headers,
+JSON body, arrival time) and answers from a script of ``Reply`` values, or from a
+``responder`` function that plays the model from the request it got.
+Its own tests are in tests/unit/test_provider_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int = 200
+    body: Any = None  # sent as JSON unless ``raw`` is given
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    raw: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    body: Any
+    at: float  # time.monotonic() on arrival
+
+
+Responder = Callable[[Recorded], Reply]
+
+
+class FakeProvider:
+    def __init__(self, responder: Responder | None = None) -> None:
+        self.requests: list[Recorded] = []
+        self._script: list[Reply] = []
+        self._responder = responder
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw.decode(errors="replace")
+                recorded = Recorded(
+                    "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
+                )
+                reply = fake._next(recorded)
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+                    pass
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self._script.extend(replies)
+
+    def _next(self, recorded: Recorded) -> Reply:
+        with self._lock:
+            self.requests.append(recorded)
+            if self._script:
+                return self._script.pop(0)
+        if self._responder is not None:
+            return self._responder(recorded)
+        return Reply(500, {"error": {"message": "the fake provider has no reply scripted"}})
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+# --- replies in each provider's wire format ------------------------------------------------
+
+
+def openai_reply(
+    content: str | None = None,
+    tool_calls: list[tuple[str, str, str]] = (),  # type: ignore[assignment]
+    usage: tuple[int, int] = (11, 7),
+) -> Reply:
+    """A Chat Completions response; tool calls as (id, name, arguments JSON string)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in tool_calls
+        ]
+    return Reply(
+        200,
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "fake",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+        },
+    )
+
+
+def openai_error(
+    status: int,
+    message: str,
+    *,
+    kind: str = "invalid_request_error",
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Reply:
+    return Reply(
+        status, {"error": {"message": message, "type": kind, "param": None, "code": code}}, headers=headers or {}
+    )
+
+
+def anthropic_reply(
+    text: str | None = None,
+    tool_uses: list[tuple[str, str, dict[str, Any]]] = (),  # type: ignore[assignment]
+    usage: dict[str, int] | None = None,
+) -> Reply:
+    """A Messages response; tool uses as (id, name, input)."""
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text is not None else []
+    content += [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in tool_uses]
+    return Reply(
+        200,
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "fake",
+            "content": content,
+            "stop_reason": "tool_use" if tool_uses else "end_turn",
+            "usage": usage or {"input_tokens": 13, "output_tokens": 5},
+        },
+    )
+
+
+def anthropic_error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(status, {"type": "error", "error": {"type": kind, "message": message}}, headers=headers or {})
+
+
+# --- a hostile provider: the key it was sent, echoed into every field ---------------------
+
+
+def echoed(key: str) -> dict[str, Any]:
+    """Every place an error body can carry text, each holding ``key`` (plainly, in a
+    sentence, as an object key, nested)."""
+    return {
+        "type": f"echo Bearer {key}/bad",
+        "code": key,
+        "message": f"Invalid key {key} for this org",
+        "param": key,
+        "nested": {"k": key, key: [key, {"deeper": key}]},
+    }
+
+
+def echoing_error(status: int, key: str, *, anthropic: bool = False, headers: dict[str, str] | None = None) -> Reply:
+    body: dict[str, Any] = {"error": echoed(key)}
+    if anthropic:
+        body["type"] = "error"
+    return Reply(status, body, headers=headers or {})
+
+
+def echoing_reply(key: str, *, anthropic: bool = False, call_tools: bool = True) -> Reply:
+    """A 2xx answer with the key in its text, tool call ids, tool names and arguments
+    (plainly and JSON-escaped, which only decoding reveals)."""
+    escaped = "".join(f"\\u{ord(c):04x}" for c in key)
+    if anthropic:
+        uses = [(f"toolu_{key}", f"add{key}", {"a": 2, "b": 3, key: key}), ("toolu_2", "echo", {"x": key})]
+        return anthropic_reply(f"The key is {key}.", uses if call_tools else [])
+    calls = [
+        (f"call_{key}", f"add{key}", json.dumps({"a": 2, "b": 3, key: key})),
+        ("call_2", "echo", '{"x": "' + escaped + '"}'),
+    ]
+    return openai_reply(f"The key is {key}.", calls if call_tools else [])
+
+
+# --- a model played from the request: add, then answer ---------------------------------------
+
+
+def _last_tool_result(recorded: Recorded) -> str | None:
+    """The last tool result in the conversation the request carries, in either format."""
+    messages = recorded.body.get("messages", []) if isinstance(recorded.body, dict) else []
+    if not messages:
+        return None
+    last = messages[-1]
+    if last.get("role") == "tool":
+        return str(last.get("content"))
+    content = last.get("content")
+    if last.get("role") == "user" and isinstance(content, list):
+        results = [b for b in content if b.get("type") == "tool_result"]
+        if results:
+            return str(results[-1].get("content"))
+    return None
+
+
+def add_then_answer(recorded: Recorded) -> Reply:
+    """Plays a model that calls ``add`` with 2 and 3, then answers with the tool's result."""
+    is_anthropic = recorded.path.endswith("/v1/messages")
+    result = _last_tool_result(recorded)
+    if result is None:
+        if is_anthropic:
+            return anthropic_reply("Adding.", [("toolu_01", "add", {"a": 2, "b": 3})])
+        return openai_reply(None, [("call_add_1", "add", '{"a": 2, "b": 3}')])
+    answer = f"The sum is {json.loads(result)['sum'] if result.startswith('{') else result}."
+    return anthropic_reply(answer) if is_anthropic else openai_reply(answer)

@@ -1,0 +1,75 @@
+"""The one run-request builder of the tests (scripted model), and the example request."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+from uuid import uuid4
+
+# The example run request of the brief: one tool round, then the answer.
+EXAMPLE_REQUEST: dict[str, Any] = {
+    "owner": "team-a",
+    "root_id": None,
+    "input": "Add 2 and 3.",
+    "config": {
+        "model": {
+            "provider": "scripted",
+            "turns": [
+                {"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]},
+                {"content": "5", "latency_ms": 50},
+            ],
+        },
+        "system_prompt": "You add numbers.",
+        "tools": ["add", "echo"],
+        "policy": {"max_rounds": 20},
+    },
+}
+
+
+
+def example_request() -> dict[str, Any]:
+    return copy.deepcopy(EXAMPLE_REQUEST)
+
+
+def scripted_request(
+    turns: list[dict[str, Any]],
+    *,
+    tools: Sequence[str] = ("add", "echo", "sleep"),
+    owner: str = "team-test",
+    root_id: str | None = None,
+    max_rounds: int = 50,
+    text_input: str = "go",
+    system_prompt: str = "test",
+) -> dict[str, Any]:
+    """A run request for the scripted model, which plays ``turns`` one per round."""
+    return {
+        "owner": owner,
+        "root_id": root_id,
+        "input": text_input,
+        "config": {
+            "model": {"provider": "scripted", "turns": turns},
+            "system_prompt": system_prompt,
+            "tools": list(tools),
+            "policy": {"max_rounds": max_rounds},
+        },
+    }
+
+
+def without_owner(request: dict[str, Any]) -> dict[str, Any]:
+    """The request as the HTTP API takes it: the owner comes from the token."""
+    return {k: v for k, v in request.items() if k != "owner"}
+
+
+RESUME = {
+    "run_id": str(uuid4()),
+    "invocation_id": "inv",
+    "boundary_seq": 0,
+    "tool_call_id": "call_0_0",
+    "tool_domain": "local",
+    "args_digest": "d",
+    "work_owner": "team-a",
+    "claim_fence": 1,
+    "round_proof": "p",
+    "proof": "q",
+}

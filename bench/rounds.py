@@ -97,8 +97,8 @@ def step_breakdown(rounds: int = 300) -> dict[str, float]:
     from schema.store import rounds as round_store
     from schema.store import runs as run_store
     from schema.wire import RoundTask
-    from worker import client
     from worker import round as round_shell
+    from worker.bootstrap import get_context
 
     spent: dict[str, float] = {}
 
@@ -121,7 +121,7 @@ def step_breakdown(rounds: int = 300) -> dict[str, float]:
     timed(round_store, "record_model_call_finished", "ledger after the call (1 statement)")
     timed(round_store, "commit_round", "commit (1 statement)")
     timed(round_shell, "dispatch_round", "publish next round + sent event")
-    ctx = client.get_context()
+    ctx = get_context()
     run_id = db.submit(db.scripted(rounds + 10))
     for boundary in range(5):  # warm: pools, prepared statements, the context cache
         round_shell.execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=boundary))

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from schema.wire import RunRequest
-from worker.api import RunSubmission, create_app
+from worker.api import create_app
+from worker.api.models import RunSubmission
 from worker.bootstrap import WorkerContext
 from worker.settings import Settings
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-# Set before anything imports worker.app: the test process sends tasks to this broker.
+# The test process sends tasks to this broker through its contexts (ctx.dispatch) and
+# ``broker_app()``; nothing reads it from the environment.
 TEST_REDIS_DB = os.environ.get("AIDAWORK_TEST_REDIS_DB", "9")
 BROKER_URL = f"redis://127.0.0.1:6379/{TEST_REDIS_DB}"
-os.environ["AIDAWORK_BROKER_URL"] = BROKER_URL
 PG_BASE = os.environ.get("AIDAWORK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
 TEMPLATE_DB = f"aidawork_test_template_{os.getpid()}"  # one per session: sessions may overlap
 REPO = Path(__file__).resolve().parent.parent
@@ -116,6 +116,14 @@ def ctx(db_url: str, redis_clean: None) -> Iterator[Any]:
     yield context
     context.leases.stop()  # a context that claimed rounds registered itself and heartbeats
     context.engine.dispose()
+
+
+def broker_app() -> Any:
+    """The Celery app on the test broker: for pings, inspection and raw sends."""
+    from worker.app import app_for
+    from worker.settings import Settings
+
+    return app_for(Settings(broker_url=BROKER_URL))
 
 
 def wait_until(predicate: Callable[[], Any], *, timeout_s: float = 30.0, interval_s: float = 0.05,

@@ -10,7 +10,7 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
-from tests.conftest import Cluster, rows, wait_until
+from tests.conftest import Cluster, broker_app, rows, wait_until
 
 WAIT_S = 60.0  # generous: a loaded 2-core machine boots a Celery worker in a few seconds
 
@@ -29,8 +29,7 @@ def events(cluster: Cluster, name: str, event: str | None = None, **fields: Any)
 def wait_ready(cluster: Cluster, *names: str, timeout_s: float = WAIT_S) -> None:
     """Wait until each named worker process answers a remote-control ping, i.e. it is
     consuming from the broker (so a task sent now can reach it)."""
-    from worker.app import app
-
+    app = broker_app()
     host = socket.gethostname()
     for name in names:
         proc = cluster.procs[name]

@@ -3,7 +3,6 @@ from __future__ import annotations
 from tests.conftest import Cluster, rows, scripted_request, wait_until
 from tests.e2e.helpers import calls_per_boundary, events, round_rows, run_row, wait_terminal
 from worker import client
-from worker.app import dispatch_round
 
 
 def test_a_round_longer_than_its_lease_keeps_its_claim_by_heartbeat(cluster: Cluster, ctx) -> None:
@@ -32,7 +31,7 @@ def test_duplicate_and_stale_deliveries_are_dropped_without_side_effects(cluster
               rows(ctx.engine, "SELECT count(*) AS n FROM run_events")[0]["n"])
 
     for boundary in (0, 1, 2, 7):  # redelivered old rounds, and a boundary the run never reached
-        dispatch_round(run_id, boundary)
+        ctx.dispatch.round(run_id, boundary)
     refused = wait_until(
         lambda: len(events(cluster, "w1", "claim_refused", run_id=run_id)) >= 4 or None,
         what="the four deliveries to be refused",

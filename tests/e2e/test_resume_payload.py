@@ -11,12 +11,12 @@ from typing import Any
 
 import redis
 
-from tests.conftest import BROKER_URL, Cluster, scripted_request, wait_until
+from tests.conftest import BROKER_URL, Cluster, broker_app, scripted_request, wait_until
 from tests.db.test_resume_refusals import assert_unchanged, snapshot
 from tests.e2e.helpers import events, wait_ready, wait_terminal
 from tests.unit.test_refusal_points import RESUME
 from worker import client
-from worker.app import RESUME_ROUND_TASK, ROUNDS_QUEUE, app
+from worker.app import RESUME_ROUND_TASK, ROUNDS_QUEUE
 
 
 def nested(levels: int) -> Any:
@@ -47,7 +47,7 @@ def test_a_malformed_resume_payload_is_refused_logged_once_and_acknowledged(clus
     before = snapshot(ctx)
 
     for payload, _ in PAYLOADS:
-        app.send_task(RESUME_ROUND_TASK, args=[payload], queue=ROUNDS_QUEUE)
+        broker_app().send_task(RESUME_ROUND_TASK, args=[payload], queue=ROUNDS_QUEUE)
 
     refused = wait_until(
         lambda: (lines := events(cluster, "w1", "resume_payload_refused")) and len(lines) >= len(PAYLOADS) and lines,

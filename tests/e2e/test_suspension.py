@@ -18,7 +18,7 @@ from uuid import UUID
 from sqlalchemy import Engine
 
 from schema.store.bodies import event_data_sql, message_body_sql
-from tests.conftest import BROKER_URL, REPO, Cluster, rows, scripted_request, wait_until
+from tests.conftest import BROKER_URL, REPO, Cluster, broker_app, rows, scripted_request, wait_until
 from tests.e2e.helpers import (
     calls_per_boundary,
     events,
@@ -81,8 +81,7 @@ def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_suspended_run_holds_no_worker_and_completes_after_delivery(cluster: Cluster, ctx) -> None:
-    from worker.app import app
-
+    app = broker_app()
     cluster.start_worker("w1", concurrency=2)
     cluster.start_beat()  # the reconciler runs too: it must leave a suspended run alone
     wait_ready(cluster, "w1")

@@ -3,7 +3,7 @@ on this machine, in the same run:
 
 - ``plain_app``: the cheapest delivery we would accept: acks_late (+ reject on worker
   lost), prefetch 1, JSON, no task events and no sent events;
-- ``aidawork_app``: ``worker.app.create_app()``'s configuration unchanged (task events
+- ``aidawork_app``: ``worker.app.create_app(settings)``'s configuration unchanged (task events
   and sent events on), run with ``--task-events`` as ``aidawork worker`` runs.
 
 A hop is a task that sends the next one the way a round does (``app.send_task`` after
@@ -61,7 +61,7 @@ def _register_hop(app: Celery, name: str, queue: str) -> Any:
 
 
 plain_app = create_plain_app()
-aidawork_app = create_app()
+aidawork_app = create_app(get_settings())
 HOPS = {
     "plain": (plain_app, "bench.hop_plain", PLAIN_QUEUE),
     "aidawork": (aidawork_app, "bench.hop_aidawork", AIDAWORK_QUEUE),

@@ -116,8 +116,9 @@ def step_breakdown(rounds: int = 300) -> dict[str, float]:
     from schema.store import claims as claim_store
     from schema.store import rounds as round_store
     from schema.wire import RoundTask
-    from worker import client
     from worker import round as round_shell
+    from worker.app import Dispatcher
+    from worker.bootstrap import get_context
 
     spent: dict[str, float] = {}
 
@@ -139,8 +140,8 @@ def step_breakdown(rounds: int = 300) -> dict[str, float]:
     timed(round_store, "record_model_call_started", "ledger before the call (1 statement)")
     timed(round_store, "record_model_call_finished", "ledger after the call (1 statement)")
     timed(round_store, "commit_round", "commit (1 statement)")
-    timed(round_shell, "dispatch_round", "publish next round + sent event")
-    ctx = client.get_context()
+    timed(Dispatcher, "round", "publish next round + sent event")
+    ctx = get_context()
     run_id = db.submit(db.scripted(rounds + 10))
     for boundary in range(5):  # warm: pools, prepared statements, the context cache
         round_shell.execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=boundary))

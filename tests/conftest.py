@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,6 @@ import pytest
 from sqlalchemy import Engine, text
 
 from schema.store.tx import make_engine
-
-# Importing tests.support.env points the broker URL at the test broker before anything
-# imports worker.app (nothing above does).
 from tests.support.env import PG_BASE, admin_engine, make_context, unavailable
 from tests.support.fakes import RecordingBroker
 
@@ -78,20 +76,18 @@ def engine(db_url: str) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def broker(monkeypatch: pytest.MonkeyPatch) -> RecordingBroker:
-    """Every task this process sends is recorded here instead of reaching Redis."""
-    from worker.app import app
-
-    recording = RecordingBroker()
-    monkeypatch.setattr(app, "send_task", recording.send_task)
-    return recording
+def broker() -> RecordingBroker:
+    """Every task the db tier's context sends is recorded here instead of reaching Redis."""
+    return RecordingBroker()
 
 
 @pytest.fixture
 def ctx(db_url: str, broker: RecordingBroker) -> Iterator[Any]:
     """An in-process context (client side) on the test database; what it sends is recorded
     by ``broker`` (tests/e2e overrides this with one on the real broker)."""
-    context = make_context(db_url)
+    from worker.app import Dispatcher
+
+    context = replace(make_context(db_url), dispatch=Dispatcher(broker))  # type: ignore[arg-type]
     yield context
     context.leases.stop()  # a context that claimed rounds registered itself and heartbeats
     context.engine.dispose()

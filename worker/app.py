@@ -17,10 +17,16 @@
   (``PUBLISH_RETRY_POLICY``); past that, ``send_or_defer`` marks the run due for the
   reconciler's next pass, so a run moves again seconds after the broker is back, not
   after the dispatch grace.
+- No app is built at import time: ``create_app(settings)`` builds one from the settings it
+  is given, ``app_for`` keeps one per broker per process (publishing reuses its
+  connections), and ``get_app()`` is this process's, from the environment, on first use
+  (``aidawork worker/beat/flower`` and ``worker.tasks``). Code sends tasks through a
+  context's ``Dispatcher`` (``worker.client_context``), bound to that context's broker.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from uuid import UUID
 
@@ -30,7 +36,7 @@ from sqlalchemy import Engine
 
 from schema.store.leases import dispatch_failed
 from schema.wire import OriginalToolRoundResume
-from worker.settings import get_settings
+from worker.settings import Settings, get_settings
 
 ROUNDS_QUEUE = "aidawork.rounds"
 CONTROL_QUEUE = "aidawork.control"
@@ -47,8 +53,8 @@ VISIBILITY_TIMEOUT_S = 3600
 PUBLISH_RETRY_POLICY = {"max_retries": 10, "interval_start": 0, "interval_step": 0.5, "interval_max": 1.0}
 
 
-def create_app() -> Celery:
-    settings = get_settings()
+def create_app(settings: Settings) -> Celery:
+    """A Celery app on ``settings.broker_url``, with the delivery semantics above."""
     app = Celery("aidawork", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
@@ -86,27 +92,68 @@ def create_app() -> Celery:
     return app
 
 
-app = create_app()
+_apps: dict[tuple[str, float], Celery] = {}
+_apps_lock = threading.Lock()
+
+
+def app_for(settings: Settings) -> Celery:
+    """The app of this process for ``settings``' broker (and beat interval), built once."""
+    key = (settings.broker_url, settings.reconcile_interval_s)
+    with _apps_lock:
+        if key not in _apps:
+            _apps[key] = create_app(settings)
+        return _apps[key]
+
+
+def get_app() -> Celery:
+    """This process's app, from the environment (AIDAWORK_BROKER_URL), built on first use."""
+    return app_for(get_settings())
+
+
+def __getattr__(name: str) -> Celery:
+    # ``from worker.app import app``: this process's app, built when first asked for, not
+    # when the module is imported (worker.tasks registers its tasks on it).
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 log = structlog.get_logger("aidawork.dispatch")
 
 
+class Dispatcher:
+    """Sends the round and resume tasks on one app's broker. Send only after the state a
+    task depends on committed; ``send_or_defer`` covers a broker that stays down."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def round(self, run_id: UUID, boundary_seq: int) -> None:
+        """Send the task for one round."""
+        self.app.send_task(RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=ROUNDS_QUEUE)
+        log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq)
+
+    def resume(self, resumes: Sequence[OriginalToolRoundResume]) -> None:
+        """Send the resume of a suspended round (its inputs are all stored). The payload
+        is the resume tokens: ids, digests and proofs, no file bodies."""
+        self.app.send_task(RESUME_ROUND_TASK, args=[[r.model_dump(mode="json") for r in resumes]], queue=ROUNDS_QUEUE)
+        first = resumes[0]
+        log.info(
+            "resume_enqueued",
+            next_run_id=str(first.run_id),
+            next_boundary_seq=first.boundary_seq,
+            tool_call_ids=[r.tool_call_id for r in resumes],
+        )
+
+
 def dispatch_round(run_id: UUID, boundary_seq: int) -> None:
-    """Send the task for one round. Call only after the state it depends on committed."""
-    app.send_task(RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=ROUNDS_QUEUE)
-    log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq)
+    """``Dispatcher.round`` on this process's app (``get_app``)."""
+    Dispatcher(get_app()).round(run_id, boundary_seq)
 
 
 def dispatch_resume(resumes: Sequence[OriginalToolRoundResume]) -> None:
-    """Send the resume of a suspended round (its inputs are all stored). The payload is
-    the resume tokens: ids, digests and proofs, no file bodies."""
-    app.send_task(RESUME_ROUND_TASK, args=[[r.model_dump(mode="json") for r in resumes]], queue=ROUNDS_QUEUE)
-    first = resumes[0]
-    log.info(
-        "resume_enqueued",
-        next_run_id=str(first.run_id),
-        next_boundary_seq=first.boundary_seq,
-        tool_call_ids=[r.tool_call_id for r in resumes],
-    )
+    """``Dispatcher.resume`` on this process's app (``get_app``)."""
+    Dispatcher(get_app()).resume(resumes)
 
 
 def send_or_defer(engine: Engine, run_id: UUID, send: Callable[[], None]) -> bool:

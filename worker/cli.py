@@ -60,7 +60,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     import os
 
-    from worker.app import CONTROL_QUEUE, ROUNDS_QUEUE, app
+    from worker.app import CONTROL_QUEUE, ROUNDS_QUEUE, get_app
     from worker.bootstrap import get_context, set_process_threads
 
     concurrency = args.concurrency or get_settings().worker_concurrency
@@ -74,7 +74,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except Exception as exc:
         structlog.get_logger("aidawork.cli").warning("worker_registration_deferred", error=type(exc).__name__)
     try:
-        app.worker_main(
+        get_app().worker_main(
             [
                 "worker",
                 "--pool=threads",
@@ -93,22 +93,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_beat(args: argparse.Namespace) -> int:
-    from worker.app import app
+    from worker.app import get_app
 
-    app.start(["beat", f"--loglevel={args.loglevel}"])
+    get_app().start(["beat", f"--loglevel={args.loglevel}"])
     return EXIT_OK
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
-    from worker.app import app
+    from worker.app import get_app
 
-    app.start(["flower", f"--port={args.port}", f"--address={args.address}"])
+    get_app().start(["flower", f"--port={args.port}", f"--address={args.address}"])
     return EXIT_OK
 
 
 def cmd_api(args: argparse.Namespace) -> int:
     from worker.api import create_app
-    from worker.http_server import serve
+    from worker.api.server import serve
 
     settings = get_settings()
     if not settings.api_token_owners:

@@ -2,7 +2,11 @@
 events, cancel it, deliver what a suspended run waits for. ``submit`` validates through
 ``prepare_execution`` first, and ``deliver`` / ``resolve`` through ``check_delivery`` /
 ``check_prerequisite`` (the same ``json_problem`` rules), so bad input raises
-``RequestInvalid`` naming the field and nothing is stored or queued."""
+``RequestInvalid`` naming the field and nothing is stored or queued.
+
+Each function takes a ``ClientContext`` (``worker.client_context``: an engine, the
+request checks, a dispatcher on its broker); without one, this process's, built from
+the environment on first use. Importing this module builds nothing."""
 
 from __future__ import annotations
 
@@ -23,33 +27,33 @@ from schema.store import suspensions as suspension_store
 from schema.store.runs import Submitted
 from schema.store.suspensions import Receipt
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
-from worker.app import dispatch_resume, dispatch_round, send_or_defer
-from worker.bootstrap import WorkerContext, get_context
+from worker.app import send_or_defer
+from worker.client_context import ClientContext, get_client_context
 
 log = structlog.get_logger("aidawork.client")
 
 
-def submit(request: Mapping[str, Any] | RunRequest, *, ctx: WorkerContext | None = None) -> Submitted:
+def submit(request: Mapping[str, Any] | RunRequest, *, ctx: ClientContext | None = None) -> Submitted:
     """Validate, store (one transaction), then ring the doorbell. If the broker is down,
     the run is still stored and the reconciler sends it later."""
-    ctx = ctx or get_context()
+    ctx = ctx or get_client_context()
     parsed, prepared = prepare_execution(ctx.runtime, request)
     submitted = run_store.submit_run(ctx.engine, parsed, prepared.turn_config.model_dump(mode="json"))
     # The run is durable: if the broker is down, the reconciler sends it once it is back.
-    send_or_defer(ctx.engine, submitted.run_id, lambda: dispatch_round(submitted.run_id, 0))
+    send_or_defer(ctx.engine, submitted.run_id, lambda: ctx.dispatch.round(submitted.run_id, 0))
     return submitted
 
 
-def status(run_id: UUID, *, owner: str | None = None, ctx: WorkerContext | None = None) -> RunView:
+def status(run_id: UUID, *, owner: str | None = None, ctx: ClientContext | None = None) -> RunView:
     """The run's view; with ``owner``, another owner's run is ``RunNotFound``."""
-    return run_store.get_run_view((ctx or get_context()).engine, run_id, owner=owner)
+    return run_store.get_run_view((ctx or get_client_context()).engine, run_id, owner=owner)
 
 
-def cancel(run_id: UUID, *, ctx: WorkerContext | None = None) -> bool:
-    ctx = ctx or get_context()
+def cancel(run_id: UUID, *, ctx: ClientContext | None = None) -> bool:
+    ctx = ctx or get_client_context()
     cancelled, next_run_id = run_store.cancel_run(ctx.engine, run_id)
     if next_run_id is not None:
-        dispatch_round(next_run_id, 0)
+        ctx.dispatch.round(next_run_id, 0)
     return cancelled
 
 
@@ -80,27 +84,27 @@ def check_prerequisite(key: object, value: object) -> None:
     require_json(value, "value")
 
 
-def deliver(run_id: UUID, tool_call_id: str, files: Mapping[str, str], *, ctx: WorkerContext | None = None) -> Receipt:
+def deliver(run_id: UUID, tool_call_id: str, files: Mapping[str, str], *, ctx: ClientContext | None = None) -> Receipt:
     """Deliver the files a suspended tool call asked for (path -> UTF-8 text). Delivering
     the same files again changes nothing; anything the run is not waiting for is refused
     with ``DeliveryRefused``. When the round has all its inputs, its resume is sent."""
     check_delivery(tool_call_id, files)
-    ctx = ctx or get_context()
+    ctx = ctx or get_client_context()
     receipt = suspension_store.deliver_local_read(
         ctx.engine, run_id, tool_call_id, dict(files), max_file_bytes=ctx.settings.max_local_read_bytes
     )
     if receipt.resumes:
-        dispatch_resume(receipt.resumes)
+        ctx.dispatch.resume(receipt.resumes)
     return receipt
 
 
-def resolve(run_id: UUID, key: str, value: Any, *, ctx: WorkerContext | None = None) -> Receipt:
+def resolve(run_id: UUID, key: str, value: Any, *, ctx: ClientContext | None = None) -> Receipt:
     """Resolve a prerequisite the run waits for; idempotent like ``deliver``."""
     check_prerequisite(key, value)
-    ctx = ctx or get_context()
+    ctx = ctx or get_client_context()
     receipt = suspension_store.resolve_prerequisite(ctx.engine, run_id, key, value)
     if receipt.resumes:
-        dispatch_resume(receipt.resumes)
+        ctx.dispatch.resume(receipt.resumes)
     return receipt
 
 
@@ -110,10 +114,10 @@ def events(
     after_seq: int = 0,
     poll_s: float = 0.2,
     follow: bool = True,
-    ctx: WorkerContext | None = None,
+    ctx: ClientContext | None = None,
 ) -> Iterator[RunEvent]:
     """The run's events in order from ``after_seq``; with ``follow``, until the run ends."""
-    engine = (ctx or get_context()).engine
+    engine = (ctx or get_client_context()).engine
     run_store.get_run_view(engine, run_id)  # RunNotFound early
     while True:
         batch = event_store.read_events(engine, run_id, after_seq=after_seq)
@@ -128,7 +132,7 @@ def events(
             time.sleep(poll_s)
 
 
-def wait(run_id: UUID, *, timeout_s: float = 60.0, poll_s: float = 0.1, ctx: WorkerContext | None = None) -> RunView:
+def wait(run_id: UUID, *, timeout_s: float = 60.0, poll_s: float = 0.1, ctx: ClientContext | None = None) -> RunView:
     """Poll until the run is terminal; returns its view (raises TimeoutError)."""
     deadline = time.monotonic() + timeout_s
     while True:

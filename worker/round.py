@@ -41,7 +41,7 @@ from schema.store.rounds import RoundRecord
 from schema.store.runs import Claim
 from schema.wire import RoundTask, RunStatus
 from worker import failpoints
-from worker.app import dispatch_resume, dispatch_round, send_or_defer
+from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
 from worker.logging import bind
 from worker.rebuild import rebuild_context
@@ -201,13 +201,13 @@ def _after_commit(
     failpoints.hit("after_commit", owner=claim.owner)
 
     if isinstance(outcome, Continue):
-        send_or_defer(ctx.engine, claim.run_id, lambda: dispatch_round(claim.run_id, claim.boundary_seq + 1))
+        send_or_defer(ctx.engine, claim.run_id, lambda: ctx.dispatch.round(claim.run_id, claim.boundary_seq + 1))
     elif isinstance(outcome, Suspended):
         resumes = suspension_store.resume_if_ready(ctx.engine, claim.run_id)
         if resumes:
-            send_or_defer(ctx.engine, claim.run_id, lambda: dispatch_resume(resumes))
+            send_or_defer(ctx.engine, claim.run_id, lambda: ctx.dispatch.resume(resumes))
     elif next_run_id is not None:
-        send_or_defer(ctx.engine, next_run_id, lambda: dispatch_round(next_run_id, 0))
+        send_or_defer(ctx.engine, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0))
     failpoints.hit("after_enqueue", owner=claim.owner)
     return RoundDisposition.COMMITTED
 
@@ -302,7 +302,7 @@ def _fail_run(ctx: WorkerContext, claim: Claim, code: str, message: str) -> Roun
     ctx.runtime.memory.discard(claim.run_id)
     log.warning("run_failed", error_code=code, error_message=message)
     if next_run_id is not None:
-        dispatch_round(next_run_id, 0)
+        ctx.dispatch.round(next_run_id, 0)
     return RoundDisposition.RUN_FAILED
 
 

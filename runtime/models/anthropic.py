@@ -20,18 +20,10 @@ from typing import Any
 from runtime.config import AnthropicModelConfig
 from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse, Usage
-from runtime.models.http import (
-    DEFAULT_RETRY,
-    HttpModel,
-    HttpReply,
-    JsonPoster,
-    ModelResponseInvalid,
-    SharedClient,
-    error_fields,
-    token_count,
-    tool_result_text,
-)
+from runtime.models.http import HttpModel, token_count, tool_result_text
 from runtime.models.keys import ModelKeys
+from runtime.models.provider_errors import ModelResponseInvalid, error_fields
+from runtime.models.transport import DEFAULT_RETRY, HttpReply, JsonPoster, SharedClient
 from schema.wire.retry import RetryPolicy
 
 PROVIDER = "anthropic"

@@ -15,7 +15,7 @@ from schema.store import runs as run_store
 from schema.store.owners import EventTail, TailKey
 from schema.store.tx import make_engine
 from tests.support.store import submit
-from worker.events import EventHub, follow
+from worker.api.streams import EventHub, follow
 
 RUNS, STREAMS_PER_RUN, QUIET_TICKS = 20, 3, 5
 

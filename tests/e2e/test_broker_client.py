@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from kombu import Queue
 
+from tests.support.env import broker_app
 from worker import broker
-from worker.app import app
 
 
 def test_a_channel_reuses_its_redis_client_and_still_moves_messages(redis_clean: None) -> None:
-    with app.connection_for_write() as conn:
+    with broker_app().connection_for_write() as conn:
         channel = conn.default_channel
         assert isinstance(channel, broker.Channel)
         first = channel._create_client()

@@ -5,7 +5,6 @@ from tests.support.db import calls_per_boundary, round_rows, rows, run_row, wait
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
-from worker.app import dispatch_round
 
 
 def test_a_round_longer_than_its_lease_keeps_its_claim_by_heartbeat(cluster: Cluster, ctx) -> None:
@@ -34,7 +33,7 @@ def test_duplicate_and_stale_deliveries_are_dropped_without_side_effects(cluster
               rows(ctx.engine, "SELECT count(*) AS n FROM run_events")[0]["n"])
 
     for boundary in (0, 1, 2, 7):  # redelivered old rounds, and a boundary the run never reached
-        dispatch_round(run_id, boundary)
+        ctx.dispatch.round(run_id, boundary)
     refused = wait_until(
         lambda: len(events(cluster, "w1", "claim_refused", run_id=run_id)) >= 4 or None,
         what="the four deliveries to be refused",

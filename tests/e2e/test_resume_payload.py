@@ -13,12 +13,12 @@ import redis
 
 from tests.support.cluster import Cluster, events, wait_ready
 from tests.support.db import wait_terminal
-from tests.support.env import BROKER_URL
+from tests.support.env import BROKER_URL, broker_app
 from tests.support.requests import RESUME, scripted_request
 from tests.support.suspensions import assert_unchanged, snapshot
 from tests.support.wait import wait_until
 from worker import client
-from worker.app import RESUME_ROUND_TASK, ROUNDS_QUEUE, app
+from worker.app import RESUME_ROUND_TASK, ROUNDS_QUEUE
 
 
 def nested(levels: int) -> Any:
@@ -49,7 +49,7 @@ def test_a_malformed_resume_payload_is_refused_logged_once_and_acknowledged(clus
     before = snapshot(ctx)
 
     for payload, _ in PAYLOADS:
-        app.send_task(RESUME_ROUND_TASK, args=[payload], queue=ROUNDS_QUEUE)
+        broker_app().send_task(RESUME_ROUND_TASK, args=[payload], queue=ROUNDS_QUEUE)
 
     refused = wait_until(
         lambda: (lines := events(cluster, "w1", "resume_payload_refused")) and len(lines) >= len(PAYLOADS) and lines,

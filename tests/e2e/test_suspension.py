@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from schema.store.bodies import event_data_sql, message_body_sql
 from tests.support.cluster import Cluster, events, wait_exit, wait_ready
 from tests.support.db import calls_per_boundary, model_calls, round_rows, rows, run_row, wait_suspended, wait_terminal
-from tests.support.env import BROKER_URL, REPO
+from tests.support.env import BROKER_URL, REPO, broker_app
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
@@ -66,8 +66,7 @@ def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_suspended_run_holds_no_worker_and_completes_after_delivery(cluster: Cluster, ctx) -> None:
-    from worker.app import app
-
+    app = broker_app()
     cluster.start_worker("w1", concurrency=2)
     cluster.start_beat()  # the reconciler runs too: it must leave a suspended run alone
     wait_ready(cluster, "w1")

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.env import BROKER_URL, FAST_ENV, REPO, WAIT_S
+from tests.support.env import BROKER_URL, FAST_ENV, REPO, WAIT_S, broker_app
 from tests.support.wait import wait_until
 
 
@@ -100,8 +100,7 @@ def events(cluster: Cluster, name: str, event: str | None = None, **fields: Any)
 def wait_ready(cluster: Cluster, *names: str, timeout_s: float = WAIT_S) -> None:
     """Wait until each named worker process answers a remote-control ping, i.e. it is
     consuming from the broker (so a task sent now can reach it)."""
-    from worker.app import app
-
+    app = broker_app()
     host = socket.gethostname()
     for name in names:
         proc = cluster.procs[name]

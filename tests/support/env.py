@@ -16,7 +16,6 @@ from sqlalchemy import Engine, create_engine
 
 TEST_REDIS_DB = os.environ.get("AIDAWORK_TEST_REDIS_DB", "9")
 BROKER_URL = os.environ.get("AIDAWORK_TEST_BROKER_URL", f"redis://127.0.0.1:6379/{TEST_REDIS_DB}")
-os.environ["AIDAWORK_BROKER_URL"] = BROKER_URL
 PG_BASE = os.environ.get("AIDAWORK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -43,6 +42,14 @@ def unavailable(what: str, exc: Exception) -> None:
 
 def admin_engine() -> Engine:
     return create_engine(f"{PG_BASE}/postgres", isolation_level="AUTOCOMMIT")
+
+
+def broker_app() -> Any:
+    """The Celery app on the test broker: for pings, inspection and raw sends."""
+    from worker.app import app_for
+    from worker.settings import Settings
+
+    return app_for(Settings(broker_url=BROKER_URL))
 
 
 def make_context(db_url: str) -> Any:

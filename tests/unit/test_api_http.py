@@ -15,7 +15,8 @@ import pytest
 
 from schema.wire import RunRequest
 from tests.support.api import TOKEN, error_of, no_store
-from worker.api import RunSubmission, create_app
+from worker.api import create_app
+from worker.api.models import RunSubmission
 from worker.settings import Settings
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}

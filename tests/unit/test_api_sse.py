@@ -11,7 +11,8 @@ from uuid import uuid4
 import pytest
 
 from schema.wire import RunEvent
-from worker.api import ApiError, format_sse, parse_last_event_id, validation_refusal
+from worker.api.errors import ApiError, validation_refusal
+from worker.api.streams import format_sse, parse_last_event_id
 
 
 def parse(stream: str) -> list[dict[str, str]]:

@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from schema.store.owners import EventTail, TailKey
 from schema.wire import RunEvent
-from worker.events import KEEPALIVE, EventHub, StreamSlots, follow
+from worker.api.streams import KEEPALIVE, EventHub, StreamSlots, follow
 
 OWNER = "team-a"
 

@@ -15,9 +15,10 @@ from runtime.errors import ModelInputRejection, ModelUnavailable
 from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.anthropic import ANTHROPIC_VERSION, AnthropicModel, AnthropicProvider
 from runtime.models.base import ModelRequest, ModelResponse, Usage
-from runtime.models.http import ModelRequestRefused, ModelResponseInvalid, RetryPolicy
 from runtime.models.keys import ModelKeys
+from runtime.models.provider_errors import ModelRequestRefused, ModelResponseInvalid
 from runtime.tools import builtin_registry
+from schema.wire.retry import RetryPolicy
 from tests.support.providers import FakeProvider, Reply, anthropic_error, anthropic_reply
 
 KEY = "sk-ant-test-key"

@@ -17,9 +17,9 @@ from runtime.config import AnthropicModelConfig, OpenAIModelConfig
 from runtime.deps import build_runtime
 from runtime.errors import RequestInvalid
 from runtime.models.anthropic import AnthropicModel
-from runtime.models.http import retry_after_s
 from runtime.models.keys import ModelKeys, NamedKey
 from runtime.models.openai_compat import OpenAICompatModel
+from runtime.models.transport import retry_after_s
 from runtime.outcomes import Fail, Finish
 from runtime.prepare import prepare_execution, resolve_and_run
 from schema.wire.retry import RetryPolicy, backoff_s

@@ -16,10 +16,11 @@ from runtime.context import context_chain
 from runtime.errors import ModelError, ModelInputRejection, ModelUnavailable
 from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.base import ModelRequest, ModelResponse, Usage
-from runtime.models.http import ModelRequestRefused, ModelResponseInvalid, RetryPolicy
 from runtime.models.keys import ModelKeys
 from runtime.models.openai_compat import OpenAICompatModel, OpenAIProvider
+from runtime.models.provider_errors import ModelRequestRefused, ModelResponseInvalid
 from runtime.tools import builtin_registry
+from schema.wire.retry import RetryPolicy
 from tests.support.providers import FakeProvider, Reply, openai_error, openai_reply
 
 KEY = "sk-test-openai-key"

@@ -21,10 +21,11 @@ from runtime.errors import ModelError, ModelInputRejection, ModelUnavailable
 from runtime.messages import user_message
 from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelClient, ModelRequest
-from runtime.models.http import ModelRequestRefused, ModelResponseInvalid, RetryPolicy
 from runtime.models.keys import ModelKeys, NamedKey
 from runtime.models.openai_compat import OpenAIProvider
+from runtime.models.provider_errors import ModelRequestRefused, ModelResponseInvalid
 from runtime.models.scrub import REDACTED
+from schema.wire.retry import RetryPolicy
 from tests.support.providers import (
     FakeProvider,
     Reply,

@@ -7,7 +7,7 @@ greedy clients decided here, once.
   the connection waits for a request's headers (when it opens, and when a response is
   complete) and closes the connection when it fires before the headers are whole. The
   timer is not reset by data: the headers must arrive within the deadline, however slowly.
-- Body deadline: enforced in the app (``worker.api.BodyLimit``), where the body is read.
+- Body deadline: enforced in the app (``worker.api.limits.BodyLimit``), where the body is read.
 - Connection cap: uvicorn's ``limit_concurrency`` (503 and close for a request beyond it).
 - Header size: h11 refuses headers above ``MAX_HEADER_BYTES`` with 400.
 """

@@ -2,7 +2,8 @@
 middleware, outside the routes). Refusals are ``BodyRefused`` exceptions, rendered by the
 API's exception handler, or by ``refuse`` when nothing has read the body yet.
 
-The connection-level limits (header deadline, connection cap) are in ``worker.http_server``.
+The connection-level limits (header deadline, connection cap) are in ``worker.api.server``;
+the ``request_served`` access log in ``worker.api.app``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
-import structlog
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-log = structlog.get_logger("aidawork.api")
 
 # (status, code, message, field, **headers) -> the JSON error response
 Refuse = Callable[..., ASGIApp]
@@ -65,8 +63,7 @@ class BodyClock:
 class BodyLimit:
     """Refuses a body over ``max_bytes`` before anything parses it: at once when the
     Content-Length says so, else as soon as the bytes received pass the limit (chunked
-    uploads); and a body that arrives too slowly (``BodyClock``) with 408. Also logs one
-    ``request_served`` line per request."""
+    uploads); and a body that arrives too slowly (``BodyClock``) with 408."""
 
     def __init__(
         self, app: ASGIApp, *, max_bytes: int, timeout_s: float, min_bytes_per_s: int, refuse: Refuse
@@ -78,25 +75,6 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started_at, status = time.monotonic(), [0]
-
-        async def logged_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self._limited(scope, receive, logged_send)
-        finally:
-            log.info(
-                "request_served",
-                method=scope["method"],
-                path=scope["path"],
-                status=status[0],
-                duration_ms=round((time.monotonic() - started_at) * 1000, 1),
-            )
-
-    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             refused = BodyTooLarge(self.max_bytes)

@@ -28,7 +28,7 @@ from runtime.errors import AidaworkError, RequestInvalid
 from runtime.prepare import format_loc
 from schema.store.errors import RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused
-from worker.request_limits import BodyRefused
+from worker.api.limits import BodyRefused
 
 log = structlog.get_logger("aidawork.api")
 INTERNAL_ERROR = "INTERNAL_ERROR"
@@ -131,7 +131,7 @@ async def _on_validation_error(request: Request, exc: Exception) -> Response:
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    if isinstance(exc, BodyRefused):  # too large, or too slow (worker.request_limits)
+    if isinstance(exc, BodyRefused):  # too large, or too slow (worker.api.limits)
         return error_response(exc.status_code, exc.code, exc.detail, "body", **(exc.headers or {}))
     parse_refusal = body_parse_refusal(exc)
     if parse_refusal is not None:
@@ -146,7 +146,7 @@ async def _on_database_down(request: Request, exc: Exception) -> Response:
     return error_response(503, "DATABASE_UNAVAILABLE", "the database cannot be reached; retry later")
 
 
-_PROJECT = Path(__file__).resolve().parent.parent
+_PROJECT = Path(__file__).resolve().parents[2]  # the repository: worker/api/errors.py
 
 
 def raised_at(exc: BaseException) -> str:

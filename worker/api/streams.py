@@ -1,5 +1,6 @@
-"""Event streams of the HTTP API: one poller per API process for every open stream, and
-the per-token cap on open streams.
+"""Event streams of the HTTP API (server-sent events): the wire format, the
+``Last-Event-ID`` a client resumes from, one poller per API process for every open
+stream, and the per-token cap on open streams.
 
 A stream does not poll PostgreSQL itself. It subscribes to the ``EventHub`` with its run,
 owner and cursor (the last seq it has sent); one asyncio task reads the tails of all
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from schema.store.owners import EventTail, TailKey
 from schema.wire import TERMINAL_EVENTS, RunEvent
+from worker.api.errors import ApiError
 
 log = structlog.get_logger("aidawork.api")
 
@@ -32,6 +35,19 @@ TailReader = Callable[[Sequence[TailKey]], Mapping[TailKey, EventTail]]
 PAGE_EVENTS = 500  # events per subscriber per tick at most
 KEEPALIVE = ": keepalive\n\n"
 _GONE = EventTail(events=[], ended=True)  # the run is not there (for this owner): the stream ends
+
+
+_SEQ = re.compile(r"[0-9]{1,9}")  # ASCII digits only; seq is a 32-bit column
+
+
+def parse_last_event_id(raw: str | None) -> int:
+    if raw is None or raw.strip() == "":
+        return 0
+    if _SEQ.fullmatch(raw.strip()) is None:
+        raise ApiError(
+            400, "REQUEST_INVALID", f"Last-Event-ID must be an event seq (got {raw[:40]!r})", "Last-Event-ID"
+        )
+    return int(raw.strip())
 
 
 def format_sse(event: RunEvent) -> str:

@@ -1,0 +1,14 @@
+"""The HTTP API for upstream services (``aidawork api``), one module per concern:
+
+- ``app``: ``create_app`` builds the FastAPI app (routes, handlers, middleware, access log);
+- ``routes``: the endpoints; ``models``: their request and response bodies;
+- ``auth``: bearer tokens and their owners; ``deps``: what each route is given;
+- ``limits``: how large and how slowly a body may arrive; ``server``: uvicorn and the
+  connection-level limits (header deadline, connection cap);
+- ``streams``: server-sent event streams; ``errors``: every refusal and the last word on
+  a crash.
+"""
+
+from worker.api.app import create_app
+
+__all__ = ["create_app"]

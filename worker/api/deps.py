@@ -1,0 +1,51 @@
+"""What the routes are given (FastAPI dependencies): the app's state, and the owner of
+the caller's token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from schema.store import owners as owner_store
+from worker.api.auth import Credentials, TokenTable, authenticate
+from worker.api.streams import EventHub, StreamSlots
+from worker.client_context import ClientContext
+from worker.settings import Settings
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    tokens: TokenTable
+    context: Callable[[], ClientContext]
+    hub: EventHub = dataclass_field(init=False)
+    slots: StreamSlots = dataclass_field(init=False)
+
+    def __post_init__(self) -> None:
+        # The hub's reads go through the owner-scoped store query, in a worker thread.
+        self.hub = EventHub(
+            lambda keys: owner_store.read_event_tails(self.context().engine, keys),
+            poll_s=self.settings.api_events_poll_s,
+        )
+        self.slots = StreamSlots(self.settings.api_max_streams_per_token)
+
+
+async def _state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.aidawork
+    return state
+
+
+# Endpoints take the context from the state only after their own checks, so a refused
+# request never touches the database.
+State = Annotated[ApiState, Depends(_state)]
+
+
+async def _owner(state: State, credentials: Credentials) -> str:
+    return authenticate(state.tokens, credentials)
+
+
+Owner = Annotated[str, Depends(_owner)]

@@ -1,0 +1,158 @@
+"""The endpoints of the HTTP API: the Python client (``worker.client``) over HTTP, plus
+each run's events as a server-sent event stream (``worker.api.streams``). Each checks
+what it was sent before it takes the context, so a refused request stores nothing."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from runtime.prepare import parse_request
+from schema.store import owners as owner_store
+from schema.store.errors import RootNotFound
+from schema.store.owners import TailKey
+from schema.store.suspensions import DeliveryRefused
+from schema.wire import RunView
+from worker import client
+from worker.api.auth import Credentials, token_digest
+from worker.api.deps import Owner, State
+from worker.api.errors import ApiError, ErrorBody
+from worker.api.models import (
+    Cancelled,
+    Delivery,
+    DeliveryReceipt,
+    Prerequisite,
+    RootRuns,
+    RunSubmission,
+    SubmittedRun,
+)
+from worker.api.streams import EventStreamResponse, parse_last_event_id
+
+_REFUSALS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": what}
+    for status, what in {
+        400: "malformed JSON or header",
+        401: "missing or invalid bearer token",
+        404: "no such run or Root for this token's owner",
+        408: "the body arrived too slowly",
+        409: "the run's state refuses this",
+        413: "body too large",
+        422: "invalid field (named in error.field)",
+        500: "an internal error (code INTERNAL_ERROR, logged as request_crashed)",
+    }.items()
+}
+router = APIRouter(prefix="/v1", responses=_REFUSALS)
+
+
+@router.post("/runs", status_code=201, response_model=SubmittedRun, summary="Submit a run")
+def submit_run(body: RunSubmission, owner: Owner, state: State, response: Response) -> SubmittedRun:
+    if body.owner is not None and body.owner != owner:
+        raise ApiError(
+            422, "REQUEST_INVALID", f"owner: this token submits for {owner!r}; omit owner or send it", "owner"
+        )
+    # The fields as sent, not model_dump() (a config nested too deep fails to dump), and
+    # checked before the store is touched; client.submit then validates the config.
+    request = parse_request({"owner": owner, "root_id": body.root_id, "input": body.input, "config": body.config})
+    try:
+        submitted = client.submit(request, ctx=state.context())
+    except RootNotFound as exc:  # a field of this request, not the resource addressed
+        raise ApiError(422, exc.code, exc.message, "root_id") from None
+    response.headers["Location"] = f"/v1/runs/{submitted.run_id}"
+    return SubmittedRun(run_id=submitted.run_id, root_id=submitted.root_id, root_seq=submitted.root_seq)
+
+
+@router.get("/runs/{run_id}", response_model=RunView, summary="A run's status")
+def get_run(run_id: UUID, owner: Owner, state: State) -> RunView:
+    return client.status(run_id, owner=owner, ctx=state.context())
+
+
+@router.post("/runs/{run_id}/cancel", response_model=Cancelled, summary="Cancel a run that has not ended")
+def cancel_run(run_id: UUID, owner: Owner, state: State) -> Cancelled:
+    ctx = state.context()
+    owner_store.check_run_owner(ctx.engine, run_id, owner)
+    if not client.cancel(run_id, ctx=ctx):
+        raise ApiError(409, "RUN_ENDED", f"run {run_id} has already ended", "run_id")
+    return Cancelled(run_id=run_id, cancelled=True)
+
+
+@router.post("/runs/{run_id}/deliveries", response_model=DeliveryReceipt, summary="Deliver files for a local read")
+def deliver(run_id: UUID, body: Delivery, owner: Owner, state: State) -> DeliveryReceipt:
+    client.check_delivery(body.tool_call_id, body.files)  # before the store: NUL, surrogates
+    ctx = state.context()
+    owner_store.check_run_owner(ctx.engine, run_id, owner)
+    try:
+        receipt = client.deliver(run_id, body.tool_call_id, body.files, ctx=ctx)
+    except DeliveryRefused as exc:
+        raise ApiError(409, exc.code, exc.message, exc.field) from None
+    return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
+
+
+@router.post("/runs/{run_id}/prerequisites", response_model=DeliveryReceipt, summary="Resolve a prerequisite")
+def resolve(run_id: UUID, body: Prerequisite, owner: Owner, state: State) -> DeliveryReceipt:
+    client.check_prerequisite(body.key, body.value)  # before the store: NaN, 1e400, depth, ...
+    ctx = state.context()
+    owner_store.check_run_owner(ctx.engine, run_id, owner)
+    try:
+        receipt = client.resolve(run_id, body.key, body.value, ctx=ctx)
+    except DeliveryRefused as exc:
+        raise ApiError(409, exc.code, exc.message, exc.field) from None
+    return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
+
+
+@router.get("/roots/{root_id}/runs", response_model=RootRuns, summary="A Root's runs, in execution order")
+def root_runs(
+    root_id: UUID,
+    owner: Owner,
+    state: State,
+    after_seq: Annotated[int, Query(ge=-1, le=2**31 - 1, description="only runs with root_seq above this")] = -1,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> RootRuns:
+    found = owner_store.list_root_runs(state.context().engine, root_id, owner, after_seq=after_seq, limit=limit)
+    return RootRuns(root_id=root_id, runs=found)
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    summary="The run's events as server-sent events",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "id: seq, event: kind, data: JSON"},
+        429: {"model": ErrorBody, "description": "this token has AIDAWORK_API_MAX_STREAMS_PER_TOKEN streams open"},
+    },
+)
+async def run_events(
+    run_id: UUID,
+    request: Request,
+    owner: Owner,
+    state: State,
+    credentials: Credentials,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", description="resume after this seq")] = None,
+) -> StreamingResponse:
+    after_seq = parse_last_event_id(last_event_id)
+    assert credentials is not None  # Owner has refused a request without a valid token
+    digest = token_digest(credentials.credentials)
+    if not state.slots.acquire(digest):
+        limit = state.slots.limit
+        raise ApiError(
+            429,
+            "TOO_MANY_STREAMS",
+            f"this token has {limit} event streams open, the most allowed (AIDAWORK_API_MAX_STREAMS_PER_TOKEN); "
+            "close one first",
+        )
+    try:
+        await run_in_threadpool(owner_store.check_run_owner, state.context().engine, run_id, owner)
+        sub = state.hub.subscribe(TailKey(run_id, owner, after_seq))
+    except BaseException:
+        state.slots.release(digest)
+        raise
+    return EventStreamResponse(
+        state.hub,
+        sub,
+        release=lambda: state.slots.release(digest),
+        keepalive_s=state.settings.api_keepalive_s,
+        disconnected=request.is_disconnected,
+    )

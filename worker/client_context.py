@@ -1,0 +1,92 @@
+"""The client's composition root: what ``worker.client`` (and so the HTTP API and the
+CLI's client commands) needs, and nothing a worker needs besides.
+
+A client validates a request, stores it and rings the doorbell: it needs an engine, the
+checks a run's config must pass (``Runtime``: the providers with the deployment's keys
+and base URLs, and the tool registry; pure, no threads, no sockets) and a
+``Dispatcher`` on its own broker. It holds no lease keeper, registers no worker and
+never signs a round (``worker.bootstrap`` builds the worker's context on top of this).
+Nothing is built at import time: ``build_client_context(settings)`` builds one from
+the settings given; ``get_client_context()`` is this process's, from the environment,
+on first use."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import structlog
+from sqlalchemy import Engine
+
+from runtime.deps import DEV_SECRET, Runtime, build_runtime
+from runtime.models.keys import ModelKeys, NamedKey
+from schema.store.tx import make_engine
+from worker.app import Dispatcher, app_for
+from worker.logging import configure_logging
+from worker.settings import Settings, get_settings
+
+
+@dataclass(frozen=True)
+class ClientContext:
+    settings: Settings
+    engine: Engine
+    runtime: Runtime
+    dispatch: Dispatcher
+
+
+def pool_size_for(threads: int, cap: int) -> int:
+    """Connections for a process running ``threads`` rounds at once: one each, plus the
+    heartbeat and one spare, never more than ``cap`` (AIDAWORK_DATABASE_POOL_MAX). With
+    N worker processes a deployment opens at most N x cap connections."""
+    return max(1, min(threads + 2, cap))
+
+
+def engine_for(settings: Settings, threads: int | None = None) -> Engine:
+    """``threads``: how many rounds (or requests) this process runs at once; a worker's
+    --concurrency, AIDAWORK_WORKER_CONCURRENCY when not given."""
+    return make_engine(
+        settings.database_url,
+        pool_size=pool_size_for(threads or settings.worker_concurrency, settings.database_pool_max),
+        pool_timeout_s=settings.database_pool_timeout_s,
+        prepared_statements=not settings.database_pgbouncer,
+    )
+
+
+def runtime_for(settings: Settings) -> Runtime:
+    # Workers warn at start-up when the secret is unset (cli.main); clients never sign.
+    secret = DEV_SECRET if settings.secret_key is None else settings.secret_key.get_secret_value().encode()
+    return build_runtime(
+        secret=secret,
+        model_keys=ModelKeys(
+            openai=settings.openai_api_key,
+            anthropic=settings.anthropic_api_key,
+            named={n: NamedKey(k, frozenset(o)) for n, (k, o) in settings.named_model_keys.items()},
+            base_urls=tuple(settings.model_base_urls),
+        ),
+    )
+
+
+def build_client_context(settings: Settings) -> ClientContext:
+    return ClientContext(
+        settings=settings,
+        engine=engine_for(settings),
+        runtime=runtime_for(settings),
+        dispatch=Dispatcher(app_for(settings)),
+    )
+
+
+_context: ClientContext | None = None
+_lock = threading.Lock()
+
+
+def get_client_context() -> ClientContext:
+    """This process's client context, built on first use from the environment."""
+    global _context
+    if _context is None:
+        with _lock:
+            if _context is None:
+                settings = get_settings()
+                if not structlog.is_configured():  # the CLI configures its own, quieter
+                    configure_logging(settings.log_level)
+                _context = build_client_context(settings)
+    return _context

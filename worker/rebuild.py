@@ -27,8 +27,10 @@ from runtime.rebuild import (
     RebuildSourceChanged,
     deterministic_summary,
     model_summarizer,
+    plan_reservation,
     prepare_model_rebuild_candidate,
     summary_message,
+    verify_prepared_prefix,
     with_previous,
 )
 from schema.store import rebuilds as rebuild_store
@@ -52,6 +54,7 @@ def rebuild_context(
         boundary_seq=claim.boundary_seq,
         chain_anchor=anchor,
         predecessor_build_id=predecessor,
+        plan_reservation=plan_reservation,
     )
     log.info("rebuild_reserved", build_id=str(reservation.build_id), ordinal=reservation.ordinal)
     summarizer = with_previous(memory.summary, deterministic_summary)
@@ -115,4 +118,5 @@ def _admit(
         context_start=memory.context_start,
         candidate=candidate,
         authorize=authorize,
+        verify_prefix=verify_prepared_prefix,
     )

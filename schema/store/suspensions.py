@@ -17,10 +17,10 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
-from runtime.errors import AidaworkError
 from schema.store.errors import RunNotFound
 from schema.store.tx import run_transaction
 from schema.wire import OriginalToolRoundResume, WaitingFor
+from schema.wire.errors import AidaworkError
 
 
 class DeliveryRefused(AidaworkError):

@@ -17,7 +17,9 @@ from runtime.rebuild import (
     RebuildPredecessorMismatch,
     RebuildSourceChanged,
     deterministic_summary,
+    plan_reservation,
     prepare_model_rebuild_candidate,
+    verify_prepared_prefix,
 )
 from schema.store import rebuilds as rebuild_store
 from schema.store import runs as run_store
@@ -58,6 +60,7 @@ def reserve(ctx: Any, claim: Claim, predecessor: UUID | None = None, fence: int 
         boundary_seq=claim.boundary_seq,
         chain_anchor=anchor(ctx, claim),
         predecessor_build_id=predecessor,
+        plan_reservation=plan_reservation,
     )
 
 
@@ -82,6 +85,7 @@ def admit(ctx: Any, claim: Claim, build_id: UUID, cand: RebuildCandidate, **kwar
         context_start=0,
         candidate=cand,
         authorize=kwargs.pop("authorize", lambda fence: None),
+        verify_prefix=verify_prepared_prefix,
         **kwargs,
     )
 

@@ -38,6 +38,7 @@ from runtime.outcomes import (
 )
 from runtime.proofs import OwnedRoundProjection
 from runtime.tools import NO_INPUTS, ToolInputs, ToolOutcome
+from schema.wire.vocab import ToolStatus
 
 MAX_ROUNDS_EXCEEDED = "MAX_ROUNDS_EXCEEDED"
 MODEL_RESPONSE_INVALID = "MODEL_RESPONSE_INVALID"
@@ -138,7 +139,7 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     invocations = []
     for call in response.tool_calls:
         invocation, output = run_tool(deps, call, NO_INPUTS)
-        if invocation.status == "suspended":
+        if invocation.status is ToolStatus.SUSPENDED:
             invocation = with_call_projection(deps, state, invocation, round_projection.proof)
         invocations.append((invocation, output))
     return close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
@@ -148,11 +149,11 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
     tool = deps.tools.get(call.name)
     if tool is None:
         error = {"error": {"code": "TOOL_UNKNOWN", "message": f"tool {call.name!r} is not enabled"}}
-        outcome = ToolOutcome("failed", error, error)
+        outcome = ToolOutcome(ToolStatus.FAILED, error, error)
     else:
         outcome = tool.run(call.args, inputs)
     result_digest = None
-    if outcome.status != "suspended":
+    if outcome.status is not ToolStatus.SUSPENDED:
         try:
             bad = json_problem(outcome.result, "result", max_depth=MAX_RESULT_DEPTH) or json_problem(
                 outcome.context, "result", max_depth=MAX_RESULT_DEPTH
@@ -162,7 +163,7 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
             result_digest = digest(outcome.result)
         except (ValueError, TypeError) as exc:  # ... or not JSON at all
             error = {"error": {"code": "TOOL_RESULT_INVALID", "message": f"the tool's result cannot be stored: {exc}"}}
-            outcome = ToolOutcome("failed", error, error)
+            outcome = ToolOutcome(ToolStatus.FAILED, error, error)
             result_digest = digest(error)
     invocation = ToolInvocation(
         call=call,
@@ -235,7 +236,7 @@ def close_tool_round(
     for input, else the breaker and the round limit, else continue."""
     for invocation, output in invocations:
         call = invocation.call
-        if invocation.status == "suspended":
+        if invocation.status is ToolStatus.SUSPENDED:
             assert invocation.suspend is not None
             events.append(
                 RoundEvent(
@@ -250,7 +251,7 @@ def close_tool_round(
                 {"tool_call_id": call.id, "name": call.name, "status": invocation.status, "result": invocation.result},
             )
         )
-    waiting = tuple(i.call for i, _ in invocations if i.status == "suspended")
+    waiting = tuple(i.call for i, _ in invocations if i.status is ToolStatus.SUSPENDED)
     fingerprint, repeat_count = None, 0
     outcome: RoundOutcome = Continue()
     if waiting:

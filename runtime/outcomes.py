@@ -10,7 +10,8 @@ from uuid import UUID
 from runtime.canonical import JSON
 from runtime.messages import Message, ToolCall
 from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection
-from runtime.tools import Suspend, ToolDomain
+from runtime.tools import Suspend
+from schema.wire.vocab import ToolDomain, ToolStatus
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class StoredMessage:
 class ToolInvocation:
     call: ToolCall
     domain: ToolDomain | None  # None: the model named a tool that is not enabled
-    status: str  # completed | failed | suspended
+    status: ToolStatus
     result: JSON  # stored (None while suspended)
     args_digest: str
     result_digest: str | None

@@ -20,6 +20,7 @@ from runtime.loop import RoundHooks
 from runtime.messages import Message
 from runtime.models.base import ModelClient, ModelRequest
 from schema.wire.rebuild import ChainBuild, RebuildCandidate, ReservationPlan, SourceMessage
+from schema.wire.vocab import MessageRole
 
 __all__ = [
     "ChainBuild",
@@ -190,7 +191,7 @@ def model_summarizer(model: ModelClient, hooks: RoundHooks, previous_summary: st
 
     def summarize(source: Sequence[SourceMessage]) -> str:
         transcript = with_previous(previous_summary, deterministic_summary)(source)
-        messages = (Message(role="user", content=transcript),)
+        messages = (Message(role=MessageRole.USER, content=transcript),)
         request = ModelRequest(SUMMARY_SYSTEM_PROMPT, messages, (), context_chain(messages), round_index=-1)
         hooks.model_call_started(request, digest({"summary_of": request.messages_digest}))
         try:
@@ -215,4 +216,4 @@ def with_previous(previous_summary: str | None, summarizer: Summarizer) -> Summa
 
 
 def summary_message(summary: str) -> Message:
-    return Message(role="user", content=SUMMARY_PREFIX + summary)
+    return Message(role=MessageRole.USER, content=SUMMARY_PREFIX + summary)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -14,14 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from runtime.canonical import JSON
 from runtime.context import durable_local_read_context
 from runtime.errors import ToolFailed
-
-
-class ToolDomain(StrEnum):
-    SDK = "sdk"
-    LOCAL = "local"
-    DESKTOP = "desktop"
-    PLUGIN = "plugin"
-
+from schema.wire.vocab import ToolDomain, ToolStatus
 
 # --- suspension: a tool that needs input the worker does not have ------------------------
 
@@ -95,7 +87,7 @@ class ToolOutput:
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    status: str  # completed | failed | suspended
+    status: ToolStatus
     result: JSON  # what is stored (None while suspended)
     context: JSON  # what the model's context shows
     suspend: Suspend | None = None
@@ -136,15 +128,15 @@ class Tool:
         except ToolFailed as exc:
             return _failed(exc.code, exc.message)
         except NeedsInput as need:
-            return ToolOutcome("suspended", None, None, need.suspend)
+            return ToolOutcome(ToolStatus.SUSPENDED, None, None, need.suspend)
         if isinstance(output, ToolOutput):
-            return ToolOutcome("completed", output.result, output.context)
-        return ToolOutcome("completed", output, output)
+            return ToolOutcome(ToolStatus.COMPLETED, output.result, output.context)
+        return ToolOutcome(ToolStatus.COMPLETED, output, output)
 
 
 def _failed(code: str, message: str) -> ToolOutcome:
     result = {"error": {"code": code, "message": message}}
-    return ToolOutcome("failed", result, result)
+    return ToolOutcome(ToolStatus.FAILED, result, result)
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -54,7 +54,7 @@ class RepeatedToolCallBreaker:
         if not calls:
             return None
         for call in calls:
-            if call.status is ToolStatus.SUSPENDED or call.domain in EXEMPT_DOMAINS:
+            if call.status == ToolStatus.SUSPENDED or call.domain in EXEMPT_DOMAINS:
                 return None
         return digest([fingerprint(c.name, c.args, c.result) for c in calls])
 

@@ -139,7 +139,7 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     invocations = []
     for call in response.tool_calls:
         invocation, output = run_tool(deps, call, NO_INPUTS)
-        if invocation.status is ToolStatus.SUSPENDED:
+        if invocation.status == ToolStatus.SUSPENDED:
             invocation = with_call_projection(deps, state, invocation, round_projection.proof)
         invocations.append((invocation, output))
     return close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
@@ -153,7 +153,7 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
     else:
         outcome = tool.run(call.args, inputs)
     result_digest = None
-    if outcome.status is not ToolStatus.SUSPENDED:
+    if outcome.status != ToolStatus.SUSPENDED:
         try:
             bad = json_problem(outcome.result, "result", max_depth=MAX_RESULT_DEPTH) or json_problem(
                 outcome.context, "result", max_depth=MAX_RESULT_DEPTH
@@ -236,7 +236,7 @@ def close_tool_round(
     for input, else the breaker and the round limit, else continue."""
     for invocation, output in invocations:
         call = invocation.call
-        if invocation.status is ToolStatus.SUSPENDED:
+        if invocation.status == ToolStatus.SUSPENDED:
             assert invocation.suspend is not None
             events.append(
                 RoundEvent(
@@ -251,7 +251,7 @@ def close_tool_round(
                 {"tool_call_id": call.id, "name": call.name, "status": invocation.status, "result": invocation.result},
             )
         )
-    waiting = tuple(i.call for i, _ in invocations if i.status is ToolStatus.SUSPENDED)
+    waiting = tuple(i.call for i, _ in invocations if i.status == ToolStatus.SUSPENDED)
     fingerprint, repeat_count = None, 0
     outcome: RoundOutcome = Continue()
     if waiting:

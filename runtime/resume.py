@@ -105,7 +105,7 @@ def resume_original_tool_round(
     for suspension in stored:
         invocation, output = run_tool(deps, suspension.call, inputs.get(suspension.call.id, ToolInputs()))
         invocation = replace(invocation, resumes_invocation_id=suspension.resume.invocation_id)
-        if invocation.status is ToolStatus.SUSPENDED:  # still missing input: suspend again, under this claim
+        if invocation.status == ToolStatus.SUSPENDED:  # still missing input: suspend again, under this claim
             invocation = with_call_projection(deps, state, invocation, round_proof)
         runs.append((invocation, output))
     resumed_calls = [s.call.id for s in stored]

@@ -1,11 +1,12 @@
-"""orchestrate / drive_react_loop: exactly one ReAct round in, one RoundResult out.
+"""drive_react_loop: exactly one ReAct round in, one RoundResult out; ``orchestrate``
+drives a run's rounds one after another in this process (no persistence).
 
 A round is: (on the run's first round) the user's input, one model call, then every tool
 call the model asked for. Tool calls that need input the worker does not have suspend;
 the others run. The result says what to persist (new messages with their Root
 positions, context forms and chain digests, tool invocations, events, the round's
 digests and proof) and what comes next (``Continue``, ``Finish``, ``Fail`` or
-``Suspended``). Nothing here stores anything; the caller persists the result in one
+``Suspend``). Nothing here stores anything; the caller persists the result in one
 transaction.
 """
 
@@ -31,12 +32,12 @@ from runtime.outcomes import (
     RoundEvent,
     RoundOutcome,
     RoundResult,
-    RunState,
     StoredMessage,
-    Suspended,
+    Suspend,
     ToolInvocation,
 )
 from runtime.proofs import OwnedRoundProjection
+from runtime.state import RunState
 from runtime.tools import NO_INPUTS, ToolInputs, ToolOutcome
 from schema.wire.vocab import ToolStatus
 
@@ -145,6 +146,24 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     return close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
 
 
+@dataclass(frozen=True)
+class InProcessRun:
+    outcome: RoundOutcome
+    rounds: int
+    messages: tuple[Message, ...]
+
+
+def orchestrate(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks | None = None) -> InProcessRun:
+    """Every round of a run, in this process, until it stops continuing (finishes,
+    fails, suspends or needs a rebuild): for tools, tests and the plain single-completion
+    path. A worker runs one round per task instead (``worker.round``)."""
+    while True:
+        result = drive_react_loop(deps, state, hooks)
+        state = state.after(result)
+        if not isinstance(result.outcome, Continue):
+            return InProcessRun(outcome=result.outcome, rounds=state.boundary_seq, messages=state.history)
+
+
 def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tuple[ToolInvocation, ToolOutcome]:
     tool = deps.tools.get(call.name)
     if tool is None:
@@ -172,7 +191,7 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
         result=outcome.result,
         args_digest=digest(call.args),
         result_digest=result_digest,
-        suspend=outcome.suspend,
+        suspension=outcome.suspension,
     )
     return invocation, outcome
 
@@ -237,10 +256,10 @@ def close_tool_round(
     for invocation, output in invocations:
         call = invocation.call
         if invocation.status == ToolStatus.SUSPENDED:
-            assert invocation.suspend is not None
+            assert invocation.suspension is not None
             events.append(
                 RoundEvent(
-                    "tool_suspended", {"tool_call_id": call.id, "name": call.name, **invocation.suspend.to_json()}
+                    "tool_suspended", {"tool_call_id": call.id, "name": call.name, **invocation.suspension.to_json()}
                 )
             )
             continue
@@ -255,7 +274,7 @@ def close_tool_round(
     fingerprint, repeat_count = None, 0
     outcome: RoundOutcome = Continue()
     if waiting:
-        outcome = Suspended(waiting=waiting)
+        outcome = Suspend(waiting=waiting)
         events.append(RoundEvent("run_suspended", {"waiting_for": [c.id for c in waiting]}))
     else:
         if not resumed:  # a round that suspended never counts for the breaker

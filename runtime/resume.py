@@ -18,9 +18,10 @@ from runtime.deps import OrchestratorDeps
 from runtime.errors import AidaworkError
 from runtime.loop import Appender, close_tool_round, run_tool, with_call_projection
 from runtime.messages import ToolCall
-from runtime.outcomes import RoundDigests, RoundEvent, RoundResult, RunState
+from runtime.outcomes import RoundDigests, RoundEvent, RoundResult
 from runtime.proofs import ProofAuthority
-from runtime.tools import Suspend, ToolInputs
+from runtime.state import RunState
+from runtime.tools import ToolInputs, ToolSuspension
 from schema.wire import OriginalToolRoundResume
 from schema.wire.vocab import ToolStatus
 
@@ -55,7 +56,7 @@ class StoredSuspension:
 
     call: ToolCall
     resume: OriginalToolRoundResume  # built from the stored columns
-    suspend: Suspend
+    suspension: ToolSuspension
 
 
 def check_resume(proofs: ProofAuthority, resume: OriginalToolRoundResume, stored: StoredSuspension) -> None:
@@ -91,14 +92,13 @@ def resume_original_tool_round(
     deps: OrchestratorDeps,
     state: RunState,
     digests: RoundDigests,
-    resumes: Sequence[OriginalToolRoundResume],
     stored: Sequence[StoredSuspension],
     inputs: Mapping[str, ToolInputs],
 ) -> RoundResult:
     """Re-run exactly the suspended calls of round ``state.boundary_seq`` with their
     delivered ``inputs`` (by tool call id); the model is not called. A call that still
-    lacks input suspends again."""
-    check_resumes(deps.proofs, resumes, stored)
+    lacks input suspends again. The caller has checked the resumes (``check_resumes``)
+    before claiming the run."""
     new = Appender.after(state, deps)
     round_proof = stored[0].resume.round_proof
     runs = []

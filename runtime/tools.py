@@ -19,7 +19,7 @@ from schema.wire.vocab import ToolDomain, ToolStatus
 
 
 @dataclass(frozen=True)
-class Suspend:
+class ToolSuspension:
     """What a suspended tool call waits for: files from the end user's machine
     (``local_read`` with ``paths``) or a prerequisite resolved by the client (``key``)."""
 
@@ -33,16 +33,16 @@ class Suspend:
         return {"kind": self.kind, "key": self.key}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Suspend:
+    def from_json(cls, data: Mapping[str, Any]) -> ToolSuspension:
         return cls(kind=data["kind"], paths=tuple(data.get("paths", ())), key=data.get("key"))
 
 
 class NeedsInput(Exception):
     """Raised inside a handler by ``ToolInputs`` when the input is not there yet."""
 
-    def __init__(self, suspend: Suspend) -> None:
-        super().__init__(suspend.kind)
-        self.suspend = suspend
+    def __init__(self, suspension: ToolSuspension) -> None:
+        super().__init__(suspension.kind)
+        self.suspension = suspension
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,12 @@ class ToolInputs:
     def read(self, paths: Sequence[str]) -> list[LocalFile]:
         """The delivered files, or suspend the call until they are delivered."""
         if not paths or any(p not in self.files for p in paths):
-            raise NeedsInput(Suspend("local_read", paths=tuple(paths)))
+            raise NeedsInput(ToolSuspension("local_read", paths=tuple(paths)))
         return [self.files[p] for p in paths]
 
     def prerequisite(self, key: str) -> JSON:
         if key not in self.prerequisites:
-            raise NeedsInput(Suspend("prerequisite", key=key))
+            raise NeedsInput(ToolSuspension("prerequisite", key=key))
         return self.prerequisites[key]
 
 
@@ -90,7 +90,7 @@ class ToolOutcome:
     status: ToolStatus
     result: JSON  # what is stored (None while suspended)
     context: JSON  # what the model's context shows
-    suspend: Suspend | None = None
+    suspension: ToolSuspension | None = None
 
 
 ToolHandler = Callable[[Any, ToolInputs], JSON | ToolOutput]
@@ -128,7 +128,7 @@ class Tool:
         except ToolFailed as exc:
             return _failed(exc.code, exc.message)
         except NeedsInput as need:
-            return ToolOutcome(ToolStatus.SUSPENDED, None, None, need.suspend)
+            return ToolOutcome(ToolStatus.SUSPENDED, None, None, need.suspension)
         if isinstance(output, ToolOutput):
             return ToolOutcome(ToolStatus.COMPLETED, output.result, output.context)
         return ToolOutcome(ToolStatus.COMPLETED, output, output)

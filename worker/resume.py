@@ -20,7 +20,7 @@ from runtime.messages import ToolCall
 from runtime.outcomes import RoundDigests
 from runtime.prepare import invalid_from
 from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
-from runtime.tools import LocalFile, Suspend, ToolInputs
+from runtime.tools import LocalFile, ToolInputs, ToolSuspension
 from schema.store import runs as run_store
 from schema.store.suspensions import SuspensionMaterial, load_suspension
 from schema.wire import OriginalToolRoundResume
@@ -52,20 +52,19 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
     run_id, boundary_seq = material.run_id, material.boundary_seq
     stored = [_stored(call) for call in material.calls]
     proofs = ctx.runtime.base.proofs
+    # Checked once, before the claim: a refused resume changes nothing.
     check_resumes(proofs, resumes, stored)
-    round_fields = {k: v for k, v in material.digests.items() if k != "proof"}
-    round_fields.update(run_id=str(run_id), boundary_seq=boundary_seq)
-    if not proofs.verifies("round", round_fields, material.digests["proof"] or ""):
+    if not proofs.verifies_stored_round(run_id, boundary_seq, material.round):
         raise ResumeRefused(run_id, "round_proof", "the suspended round's stored proof does not verify")
 
-    memory = ctx.runtime.memory.get(run_id)
+    cached = ctx.runtime.contexts.get(run_id)
     claim = run_store.claim_round(
         ctx.engine,
         run_id,
         boundary_seq,
         lease_s=ctx.settings.lease_s,
-        after_position=memory.last_position if memory else -1,
-        cold=memory is None,
+        after_position=cached.last_position if cached else -1,
+        cold=cached is None,
         holder=ctx.leases.worker_id,
         resume_of=[r.invocation_id for r in resumes],
         held_fence=ctx.leases.take_unreleased(run_id),
@@ -73,18 +72,19 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
     if claim is None:
         log_refused_claim(ctx, run_id, boundary_seq, resume=True)
         return RoundDisposition.DROPPED
+    stored_round = material.round
     digests = RoundDigests(
-        material.digests["system_digest"],
-        material.digests["messages_digest"],
-        material.digests["tools_digest"],
-        material.digests["accepted_response_digest"],
+        stored_round.system_digest,
+        stored_round.messages_digest,
+        stored_round.tools_digest,
+        stored_round.accepted_response_digest,
     )
     inputs = _inputs(material)
     return run_claimed(
         ctx,
         claim,
-        memory,
-        lambda deps, state, hooks: resume_original_tool_round(deps, state, digests, resumes, stored, inputs),
+        cached,
+        lambda deps, state, hooks: resume_original_tool_round(deps, state, digests, stored, inputs),
     )
 
 
@@ -97,7 +97,7 @@ def _stored(call: dict[str, object]) -> StoredSuspension:
     return StoredSuspension(
         call=ToolCall(id=str(call["tool_call_id"]), name=str(call["tool_name"]), args=args),
         resume=resume,
-        suspend=Suspend.from_json(suspension),
+        suspension=ToolSuspension.from_json(suspension),
     )
 
 

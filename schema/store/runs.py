@@ -21,6 +21,7 @@ from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
 from schema.store.workers import DEATH_ELSEWHERE
 from schema.wire import RunRequest, RunStatus, RunView
+from schema.wire.claim import Checkpoint, Claim, LoadedMessage, StoredRound
 
 # Runs that hold their Root's turn: a later run of the Root waits until these end.
 _EARLIER_ACTIVE = """
@@ -116,35 +117,6 @@ CLAIM_RESUME_SQL = _claim_sql(
 )
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    """Where the run's model context starts (advanced by a context rebuild)."""
-
-    context_start: int
-    summary: str | None
-    last_build_id: UUID | None
-    chain_anchor: int | None
-
-
-@dataclass(frozen=True)
-class Claim:
-    run_id: UUID
-    root_id: UUID
-    owner: str
-    fence: int
-    boundary_seq: int
-    attempt: int  # this execution's number: 1 + earlier executions of the round that failed
-    claims: int  # claims at this boundary, this one included
-    input: str | None  # only on a cold claim
-    config: dict[str, Any] | None  # only on a cold claim
-    # (position, body, durable read bodies by path or None), committed since after_position
-    new_messages: list[tuple[int, dict[str, Any], dict[str, str] | None]]
-    previous_fingerprint: str | None  # the previous round's breaker state
-    previous_repeat_count: int
-    previous_round: dict[str, Any] | None  # the previous round's projection fields and proof
-    checkpoint: Checkpoint
-
-
 def claim_round(
     engine: Engine,
     run_id: UUID,
@@ -189,17 +161,17 @@ def claim_round(
             claims=row.round_claims,
             input=row.input,
             config=row.config,
-            new_messages=[(p, b, reads) for p, b, reads in row.new_messages],
+            new_messages=tuple(LoadedMessage(p, b, reads) for p, b, reads in row.new_messages),
             previous_fingerprint=row.previous_fingerprint,
             previous_repeat_count=row.previous_repeat_count,
-            previous_round=row.previous_round,
+            previous_round=None if row.previous_round is None else StoredRound(**row.previous_round),
             checkpoint=Checkpoint(row.context_start_position, row.summary, row.last_build_id, row.chain_anchor),
         )
 
     return run_transaction(engine, _txn, name="claim_round", single_statement=True)
 
 
-def load_messages(engine: Engine, root_id: UUID, from_position: int) -> list[tuple[int, dict[str, Any], Any]]:
+def load_messages(engine: Engine, root_id: UUID, from_position: int) -> tuple[LoadedMessage, ...]:
     """The Root's messages from a position, as the claim returns them (a worker whose
     cached context predates a rebuild made elsewhere reloads with this)."""
     with engine.connect() as conn:
@@ -210,7 +182,7 @@ def load_messages(engine: Engine, root_id: UUID, from_position: int) -> list[tup
             ),
             {"root": root_id, "start": from_position},
         )
-        return [(r.position, r.body, r.reads) for r in rows]
+        return tuple(LoadedMessage(r.position, r.body, r.reads) for r in rows)
 
 
 _DESCRIBE_SQL = text(

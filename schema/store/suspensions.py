@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, text
 from schema.store.errors import RunNotFound
 from schema.store.tx import run_transaction
 from schema.wire import OriginalToolRoundResume, WaitingFor
+from schema.wire.claim import StoredRound
 from schema.wire.errors import AidaworkError
 
 
@@ -288,9 +289,8 @@ class SuspensionMaterial:
     suspended calls (with their stored projections) and the inputs delivered."""
 
     run_id: UUID
-    run_status: str
     boundary_seq: int
-    digests: dict[str, Any]  # the suspended round's claim_fence, proof and four digests
+    round: StoredRound  # the suspended round's fence, four digests and proof
     calls: list[dict[str, Any]]
     files: dict[str, dict[str, dict[str, Any]]]  # tool_call_id -> path -> {content, digest, size_bytes}
     prerequisites: dict[str, Any]
@@ -312,7 +312,7 @@ def load_suspension(engine: Engine, invocation_id: str) -> SuspensionMaterial | 
         run_id, boundary_seq = found.run_id, found.boundary_seq
         run = conn.execute(
             text(
-                "SELECT r.status, rd.claim_fence, rd.proof, rd.system_digest, rd.messages_digest, rd.tools_digest, "
+                "SELECT rd.claim_fence, rd.proof, rd.system_digest, rd.messages_digest, rd.tools_digest, "
                 "rd.accepted_response_digest "
                 "FROM runs r JOIN rounds rd ON rd.run_id = r.id AND rd.boundary_seq = :b AND rd.outcome = 'suspend' "
                 "WHERE r.id = :id AND r.boundary_seq = :b"
@@ -337,7 +337,6 @@ def load_suspension(engine: Engine, invocation_id: str) -> SuspensionMaterial | 
         prerequisites: dict[str, Any] = dict(
             conn.execute(text("SELECT key, value FROM prerequisites WHERE run_id = :id"), {"id": run_id}).all()
         )
-        digests = {k: v for k, v in run._mapping.items() if k != "status"}
-        return SuspensionMaterial(run_id, run.status, boundary_seq, digests, calls, files, prerequisites)
+        return SuspensionMaterial(run_id, boundary_seq, StoredRound(**run._mapping), calls, files, prerequisites)
 
     return run_transaction(engine, _txn, isolation_level="REPEATABLE READ", name="load_suspension")

@@ -15,9 +15,11 @@ from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost, RootNotFound
-from schema.store.rounds import RoundRecord
 from schema.store.runs import Claim, Submitted
 from schema.store.tx import run_transaction
+from schema.wire import RunStatus
+from schema.wire.record import EventRecord, MessageRecord, RoundRecord
+from schema.wire.vocab import RoundOutcomeKind
 from tests.conftest import rows, scripted_request
 
 RUNTIME = build_runtime()
@@ -46,15 +48,15 @@ def expire_lease(engine: Engine, run_id: UUID) -> None:
 
 def record(c: Claim, *, outcome: str = "finish", status: str = "completed") -> RoundRecord:
     return RoundRecord(
-        run_id=c.run_id, boundary_seq=c.boundary_seq, fence=c.fence, outcome=outcome, status=status,
-        terminal=status in ("completed", "failed"), output="done" if status == "completed" else None,
+        run_id=c.run_id, boundary_seq=c.boundary_seq, fence=c.fence, outcome=RoundOutcomeKind(outcome),
+        status=RunStatus(status), output="done" if status == "completed" else None,
         error_code=None, error_message=None, system_digest="s", messages_digest="m", tools_digest="t",
         accepted_response_digest="r", tool_fingerprint=None, repeat_count=0, proof="p", resumed=False,
-        messages=[
-            {"position": 0, "body": {"role": "user", "content": "go"}, "chain_digest": "d0"},
-            {"position": 1, "body": {"role": "assistant", "content": "done"}, "chain_digest": "d1"},
-        ],
-        tools=[], events=[{"kind": "run_completed", "data": {"output": "done"}}],
+        messages=(
+            MessageRecord(0, {"role": "user", "content": "go"}, "d0"),
+            MessageRecord(1, {"role": "assistant", "content": "done"}, "d1"),
+        ),
+        tools=(), events=(EventRecord("run_completed", {"output": "done"}),),
     )
 
 
@@ -172,7 +174,7 @@ def test_later_run_of_a_root_waits_for_the_earlier_one(engine: Engine) -> None:
     c2 = run_store.claim_round(
         engine, second.run_id, 0, lease_s=30, after_position=0, cold=False, holder=HOLDER
     )
-    assert c2 is not None and [p for p, _, _ in c2.new_messages] == [1]
+    assert c2 is not None and [m.position for m in c2.new_messages] == [1]
     assert c2.input is None and c2.config is None  # warm claims do not ship the config again
 
 

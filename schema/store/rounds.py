@@ -69,6 +69,8 @@ def _sql_type(name: str) -> str:
 _TOOL_COLUMNS = "jsonb_to_recordset(CAST(:tools AS jsonb)) AS t({})".format(
     ", ".join(f"{f.name} {_sql_type(f.name)}" for f in _TOOL_FIELDS)
 )
+# The record's fields a round inserts as they are (the rest of a row comes from the claim).
+_STORED_TOOL_FIELDS = [f.name for f in _TOOL_FIELDS if f.name in tables.tool_invocations.c]
 
 COMMIT_ROUND_SQL = _commit_sql(
     round_row="""
@@ -77,11 +79,8 @@ COMMIT_ROUND_SQL = _commit_sql(
   SELECT id, :boundary_seq, :fence, :outcome, :system_digest, :messages_digest, :tools_digest,
          :accepted_response_digest, :tool_fingerprint, :repeat_count, :proof FROM upd""",
     tool_rows=f"""
-  INSERT INTO tool_invocations (run_id, boundary_seq, tool_call_id, tool_name, tool_domain, args,
-                                args_digest, status, result, result_digest, claim_fence, suspension,
-                                invocation_id, work_owner, proof)
-  SELECT upd.id, :boundary_seq, t.tool_call_id, t.tool_name, t.tool_domain, t.args, t.args_digest,
-         t.status, t.result, t.result_digest, :fence, t.suspension, t.invocation_id, t.work_owner, t.proof
+  INSERT INTO tool_invocations (run_id, boundary_seq, claim_fence, {", ".join(_STORED_TOOL_FIELDS)})
+  SELECT upd.id, :boundary_seq, :fence, {", ".join(f"t.{name}" for name in _STORED_TOOL_FIELDS)}
   FROM upd, {_TOOL_COLUMNS}""",
 )
 

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
-from schema.store.runs import Claim
+from schema.wire.claim import Claim
 from tests.conftest import rows, wait_until
 from tests.db.test_store import claim, expire_lease, record, run_row, submit
 from worker.leases import LeaseKeeper

@@ -24,9 +24,9 @@ from runtime.rebuild import (
 from schema.store import rebuilds as rebuild_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost
-from schema.store.runs import Claim
 from schema.store.tx import RETRYABLE_SQLSTATES, sqlstate_of
 from schema.wire import RoundTask
+from schema.wire.claim import Claim
 from tests.conftest import rows, scripted_request
 from tests.db.test_store import HOLDER
 from worker import client

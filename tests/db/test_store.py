@@ -15,9 +15,10 @@ from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost, RootNotFound
-from schema.store.runs import Claim, Submitted
+from schema.store.runs import Submitted
 from schema.store.tx import run_transaction
 from schema.wire import RunStatus
+from schema.wire.claim import Claim
 from schema.wire.record import EventRecord, MessageRecord, RoundRecord
 from schema.wire.vocab import RoundOutcomeKind
 from tests.conftest import rows, scripted_request

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, text
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import workers as worker_store
-from schema.store.runs import Claim
+from schema.wire.claim import Claim
 from tests.conftest import rows
 from tests.db.test_attempts import start_execution
 from tests.db.test_store import HOLDER, claim, expire_lease, record, run_row, submit

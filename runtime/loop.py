@@ -39,6 +39,7 @@ from runtime.outcomes import (
 from runtime.proofs import OwnedRoundProjection
 from runtime.state import RunState
 from runtime.tools import NO_INPUTS, ToolInputs, ToolOutcome
+from schema.wire import EventKind
 from schema.wire.vocab import ToolStatus
 
 MAX_ROUNDS_EXCEEDED = "MAX_ROUNDS_EXCEEDED"
@@ -133,7 +134,7 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
 
     digests = _digests(deps, messages_digest, response_digest)
     new.append(response.as_message())
-    events = [RoundEvent("model_responded", {"boundary_seq": state.boundary_seq, **response.to_json()})]
+    events = [RoundEvent(EventKind.MODEL_RESPONDED, {"boundary_seq": state.boundary_seq, **response.to_json()})]
     if not response.tool_calls:
         return _result(deps, state, new, Finish(output=response.content or ""), events, digests)
     round_projection = _issue_round(deps, state, digests)
@@ -259,14 +260,15 @@ def close_tool_round(
             assert invocation.suspension is not None
             events.append(
                 RoundEvent(
-                    "tool_suspended", {"tool_call_id": call.id, "name": call.name, **invocation.suspension.to_json()}
+                    EventKind.TOOL_SUSPENDED,
+                    {"tool_call_id": call.id, "name": call.name, **invocation.suspension.to_json()},
                 )
             )
             continue
         new.append(tool_message(call, invocation.result), tool_message(call, output.context))
         events.append(
             RoundEvent(
-                "tool_completed",
+                EventKind.TOOL_COMPLETED,
                 {"tool_call_id": call.id, "name": call.name, "status": invocation.status, "result": invocation.result},
             )
         )
@@ -275,7 +277,7 @@ def close_tool_round(
     outcome: RoundOutcome = Continue()
     if waiting:
         outcome = Suspend(waiting=waiting)
-        events.append(RoundEvent("run_suspended", {"waiting_for": [c.id for c in waiting]}))
+        events.append(RoundEvent(EventKind.RUN_SUSPENDED, {"waiting_for": [c.id for c in waiting]}))
     else:
         if not resumed:  # a round that suspended never counts for the breaker
             verdict = RepeatedToolCallBreaker(deps.policy.repeated_tool_call_limit).judge(
@@ -287,7 +289,7 @@ def close_tool_round(
             if verdict.tripped:
                 assert verdict.message is not None
                 names = sorted({i.call.name for i, _ in invocations})
-                events.append(RoundEvent("breaker_tripped", {"tools": names, "repeat_count": repeat_count}))
+                events.append(RoundEvent(EventKind.BREAKER_TRIPPED, {"tools": names, "repeat_count": repeat_count}))
                 outcome = Fail(REPEATED_IDENTICAL_TOOL_CALL, verdict.message)
         if isinstance(outcome, Continue) and state.boundary_seq + 1 >= deps.policy.max_rounds:
             outcome = Fail(
@@ -329,9 +331,9 @@ def _result(
     resumed: bool = False,
 ) -> RoundResult:
     if isinstance(outcome, Finish):
-        events.append(RoundEvent("run_completed", {"output": outcome.output}))
+        events.append(RoundEvent(EventKind.RUN_COMPLETED, {"output": outcome.output}))
     elif isinstance(outcome, Fail):
-        events.append(RoundEvent("run_failed", {"error_code": outcome.error_code, "message": outcome.message}))
+        events.append(RoundEvent(EventKind.RUN_FAILED, {"error_code": outcome.error_code, "message": outcome.message}))
     return RoundResult(
         boundary_seq=state.boundary_seq,
         outcome=outcome,

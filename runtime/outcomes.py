@@ -10,6 +10,7 @@ from runtime.canonical import JSON
 from runtime.messages import Message, ToolCall
 from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection
 from runtime.tools import ToolSuspension
+from schema.wire import EventKind
 from schema.wire.vocab import ToolDomain, ToolStatus
 
 
@@ -79,7 +80,7 @@ class ToolInvocation:
 
 @dataclass(frozen=True)
 class RoundEvent:
-    kind: str
+    kind: EventKind
     data: dict[str, Any]
 
 

@@ -22,7 +22,7 @@ from runtime.outcomes import RoundDigests, RoundEvent, RoundResult
 from runtime.proofs import ProofAuthority
 from runtime.state import RunState
 from runtime.tools import ToolInputs, ToolSuspension
-from schema.wire import OriginalToolRoundResume
+from schema.wire import EventKind, OriginalToolRoundResume
 from schema.wire.vocab import ToolStatus
 
 CHECKED_FIELDS = (
@@ -109,5 +109,5 @@ def resume_original_tool_round(
             invocation = with_call_projection(deps, state, invocation, round_proof)
         runs.append((invocation, output))
     resumed_calls = [s.call.id for s in stored]
-    events = [RoundEvent("round_resumed", {"boundary_seq": state.boundary_seq, "tool_calls": resumed_calls})]
+    events = [RoundEvent(EventKind.ROUND_RESUMED, {"boundary_seq": state.boundary_seq, "tool_calls": resumed_calls})]
     return close_tool_round(deps, state, new, runs, events, digests, resumed=True)

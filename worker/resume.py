@@ -22,7 +22,7 @@ from runtime.prepare import invalid_from
 from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
 from runtime.tools import LocalFile, ToolInputs, ToolSuspension
 from schema.store import runs as run_store
-from schema.store.suspensions import SuspensionMaterial, load_suspension
+from schema.store.suspensions import SuspendedCall, SuspensionMaterial, load_suspension
 from schema.wire import OriginalToolRoundResume
 from worker.bootstrap import WorkerContext
 from worker.round import RoundDisposition, log_refused_claim, run_claimed
@@ -88,23 +88,18 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
     )
 
 
-def _stored(call: dict[str, object]) -> StoredSuspension:
-    resume = call["resume"]
-    assert isinstance(resume, OriginalToolRoundResume)
-    args = call["args"]
-    suspension = call["suspension"]
-    assert isinstance(args, dict) and isinstance(suspension, dict)
+def _stored(call: SuspendedCall) -> StoredSuspension:
     return StoredSuspension(
-        call=ToolCall(id=str(call["tool_call_id"]), name=str(call["tool_name"]), args=args),
-        resume=resume,
-        suspension=ToolSuspension.from_json(suspension),
+        call=ToolCall(id=call.tool_call_id, name=call.tool_name, args=call.args),
+        resume=call.resume,
+        suspension=ToolSuspension.from_json(call.suspension),
     )
 
 
 def _inputs(material: SuspensionMaterial) -> dict[str, ToolInputs]:
     inputs = {}
     for call in material.calls:
-        call_id = str(call["tool_call_id"])
+        call_id = call.tool_call_id
         files = {
             path: LocalFile(path=path, content=f["content"], digest=f["digest"], size_bytes=f["size_bytes"])
             for path, f in material.files.get(call_id, {}).items()

@@ -22,6 +22,7 @@ from schema.store.bodies import without_result
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.store.runs import _NEXT_IN_ROOT
 from schema.store.tx import run_transaction
+from schema.wire import EventKind
 from schema.wire.record import EventRecord, MessageRecord, RoundRecord, ToolInvocationRecord
 
 
@@ -113,8 +114,8 @@ def _message_row(message: MessageRecord) -> dict[str, Any]:
 
 
 def _event_row(event: EventRecord) -> dict[str, Any]:
-    data = without_result(event.data) if event.kind == "tool_completed" else event.data
-    return {"kind": event.kind, "data": data}
+    data = without_result(event.data) if event.kind == EventKind.TOOL_COMPLETED else event.data
+    return {"kind": str(event.kind), "data": data}
 
 
 def _commit_txn(conn: Connection, record: RoundRecord) -> UUID | None:
@@ -124,12 +125,12 @@ def _commit_txn(conn: Connection, record: RoundRecord) -> UUID | None:
             "run_id": record.run_id,
             "fence": record.fence,
             "boundary_seq": record.boundary_seq,
-            "status": record.status.value,
+            "status": str(record.status),
             "terminal": record.terminal,
             "output": record.output,
             "error_code": record.error_code,
             "error_message": record.error_message,
-            "outcome": record.outcome.value,
+            "outcome": str(record.outcome),
             "system_digest": record.system_digest,
             "messages_digest": record.messages_digest,
             "tools_digest": record.tools_digest,

@@ -284,6 +284,17 @@ def pending_resumes(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResum
 
 
 @dataclass(frozen=True)
+class SuspendedCall:
+    """A suspended tool call as stored, with the resume its stored projection makes."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    suspension: dict[str, Any]  # what it waits for (runtime.tools.ToolSuspension.to_json)
+    resume: OriginalToolRoundResume
+
+
+@dataclass(frozen=True)
 class SuspensionMaterial:
     """What a resume needs, read before it claims: the suspended round's digests, its
     suspended calls (with their stored projections) and the inputs delivered."""
@@ -291,7 +302,7 @@ class SuspensionMaterial:
     run_id: UUID
     boundary_seq: int
     round: StoredRound  # the suspended round's fence, four digests and proof
-    calls: list[dict[str, Any]]
+    calls: list[SuspendedCall]
     files: dict[str, dict[str, dict[str, Any]]]  # tool_call_id -> path -> {content, digest, size_bytes}
     prerequisites: dict[str, Any]
 
@@ -322,7 +333,10 @@ def load_suspension(engine: Engine, invocation_id: str) -> SuspensionMaterial | 
         if run is None:
             return None
         calls = [
-            {**row._mapping, "resume": _resume_of(run_id, boundary_seq, row)} for row in _suspended_calls(conn, run_id)
+            SuspendedCall(
+                row.tool_call_id, row.tool_name, row.args, row.suspension, _resume_of(run_id, boundary_seq, row)
+            )
+            for row in _suspended_calls(conn, run_id)
         ]
         files: dict[str, dict[str, dict[str, Any]]] = {}
         for row in conn.execute(

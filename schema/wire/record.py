@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from schema.wire import RunStatus
+from schema.wire import EventKind, RunStatus
 from schema.wire.vocab import RoundOutcomeKind, ToolDomain, ToolStatus
 
 
@@ -22,7 +22,7 @@ class MessageRecord:
 
 @dataclass(frozen=True)
 class EventRecord:
-    kind: str
+    kind: EventKind
     data: dict[str, Any]
 
 

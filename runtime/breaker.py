@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runtime.canonical import JSON, digest
-from runtime.tools import ToolDomain
+from schema.wire.vocab import ToolDomain, ToolStatus
 
 REPEATED_IDENTICAL_TOOL_CALL = "REPEATED_IDENTICAL_TOOL_CALL"
 
@@ -32,7 +32,7 @@ class CountedCall:
     args: JSON
     result: JSON
     domain: ToolDomain | None
-    status: str  # completed | failed | suspended (suspended rounds never count)
+    status: ToolStatus  # suspended rounds never count
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class RepeatedToolCallBreaker:
         if not calls:
             return None
         for call in calls:
-            if call.status == "suspended" or call.domain in EXEMPT_DOMAINS:
+            if call.status == ToolStatus.SUSPENDED or call.domain in EXEMPT_DOMAINS:
                 return None
         return digest([fingerprint(c.name, c.args, c.result) for c in calls])
 

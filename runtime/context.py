@@ -15,6 +15,7 @@ from typing import Any
 
 from runtime.canonical import JSON, canonical_json, chain_digest
 from runtime.messages import Message
+from schema.wire.vocab import MessageRole
 
 SLIM_EXEMPT_TOOLS = frozenset({"read_files"})
 
@@ -52,7 +53,7 @@ def slim_tool_results_for_next_round(message: Message, max_output_bytes: int) ->
         f"{cut} bytes cut. The full output is stored with tool_call_id {message.tool_call_id} "
         f"(tool_invocations, and the run's tool_completed event).]"
     )
-    return Message(role="tool", tool_call_id=message.tool_call_id, name=message.name, content=kept + marker)
+    return Message(role=MessageRole.TOOL, tool_call_id=message.tool_call_id, name=message.name, content=kept + marker)
 
 
 def durable_local_read_context(placeholder: JSON, contents: Mapping[str, str]) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def context_form(message: Message, max_output_bytes: int, durable_reads: Mapping
     """A stored message as the model's context shows it."""
     if durable_reads is not None and message.role == "tool":
         message = Message(
-            role="tool",
+            role=MessageRole.TOOL,
             tool_call_id=message.tool_call_id,
             name=message.name,
             result=durable_local_read_context(message.result, durable_reads),

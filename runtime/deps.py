@@ -1,9 +1,8 @@
 """The Runtime (built once per process) and the per-run OrchestratorDeps.
 
-``Runtime`` keeps the shared base dependencies (model providers, tool registry,
-settings values, logger) apart from ``memory`` (conversation memory: the per-process
-context cache) and ``internal_tool_deps`` (what the internal tools themselves need), so
-a test can swap one without rebuilding the others.
+``Runtime`` keeps the shared base dependencies (model providers, tool registry, proof
+authority) apart from ``contexts`` (conversation memory: the per-process cache of run
+contexts), so a test can swap one without rebuilding the other.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.canonical import digest
-from runtime.config import Policy, TurnConfig
+from runtime.config import TurnConfig
 from runtime.memory import ContextCache
 from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelClient
@@ -21,7 +20,10 @@ from runtime.models.keys import ModelKeys
 from runtime.models.openai_compat import OpenAIProvider
 from runtime.models.scripted import ScriptedModel
 from runtime.proofs import ProofAuthority
+from runtime.run_deps import OrchestratorDeps
 from runtime.tools import Tool, ToolRegistry, builtin_registry
+
+__all__ = ["OrchestratorDeps"]  # re-exported: composed here, defined apart (no cycle with the cache)
 
 # Builds one run's model client from its model config and the run's owner (whose keys
 # the client may use).
@@ -49,20 +51,17 @@ class BaseDeps:
     model_providers: Mapping[str, ModelFactory]
     tools: ToolRegistry
     proofs: ProofAuthority = field(default_factory=lambda: ProofAuthority(DEV_SECRET))
-    logger: Any = None
 
 
 @dataclass(frozen=True)
 class Runtime:
     base: BaseDeps
-    memory: ContextCache = field(default_factory=ContextCache)
-    internal_tool_deps: Mapping[str, Any] = field(default_factory=dict)
+    contexts: ContextCache = field(default_factory=ContextCache)
 
 
 def build_runtime(
     *,
     secret: bytes = DEV_SECRET,
-    logger: Any = None,
     memory_capacity: int = 1024,
     model_keys: ModelKeys | None = None,
 ) -> Runtime:
@@ -71,25 +70,9 @@ def build_runtime(
             model_providers=default_model_providers(model_keys),
             tools=builtin_registry(),
             proofs=ProofAuthority(secret),
-            logger=logger,
         ),
-        memory=ContextCache(capacity=memory_capacity),
+        contexts=ContextCache(capacity=memory_capacity),
     )
-
-
-@dataclass(frozen=True)
-class OrchestratorDeps:
-    """Everything ``drive_react_loop`` consumes for one run: model, tools, prompt, policy,
-    and the digests of the prompt and tool set (fixed for the run, computed once)."""
-
-    model: ModelClient
-    tools: Mapping[str, Tool]
-    system_prompt: str
-    policy: Policy
-    tool_specs: tuple[dict[str, Any], ...]
-    system_digest: str
-    tools_digest: str
-    proofs: ProofAuthority
 
 
 def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> OrchestratorDeps:

@@ -1,4 +1,4 @@
-"""One error base for the project's own errors, with families by audience.
+"""The core's error families by audience, on the one base (``schema.wire.errors``).
 
 Every error carries a stable ``code`` (what a client or operator matches on) and says
 whether retrying the same thing can help (``retryable``).
@@ -6,16 +6,17 @@ whether retrying the same thing can help (``retryable``).
 
 from __future__ import annotations
 
+from schema.wire.errors import AidaworkError
 
-class AidaworkError(Exception):
-    """Base of every error this project raises on purpose."""
-
-    code = "AIDAWORK_ERROR"
-    retryable = False
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+__all__ = [
+    "AidaworkError",
+    "ModelError",
+    "ModelInputRejection",
+    "ModelScriptExhausted",
+    "ModelUnavailable",
+    "RequestInvalid",
+    "ToolFailed",
+]
 
 
 # --- bad input from an upstream service: refused before anything is stored -------------

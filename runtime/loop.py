@@ -1,11 +1,12 @@
-"""orchestrate / drive_react_loop: exactly one ReAct round in, one RoundResult out.
+"""drive_react_loop: exactly one ReAct round in, one RoundResult out; ``orchestrate``
+drives a run's rounds one after another in this process (no persistence).
 
 A round is: (on the run's first round) the user's input, one model call, then every tool
 call the model asked for. Tool calls that need input the worker does not have suspend;
 the others run. The result says what to persist (new messages with their Root
 positions, context forms and chain digests, tool invocations, events, the round's
 digests and proof) and what comes next (``Continue``, ``Finish``, ``Fail`` or
-``Suspended``). Nothing here stores anything; the caller persists the result in one
+``Suspend``). Nothing here stores anything; the caller persists the result in one
 transaction.
 """
 
@@ -31,13 +32,15 @@ from runtime.outcomes import (
     RoundEvent,
     RoundOutcome,
     RoundResult,
-    RunState,
     StoredMessage,
-    Suspended,
+    Suspend,
     ToolInvocation,
 )
 from runtime.proofs import OwnedRoundProjection
+from runtime.state import RunState
 from runtime.tools import NO_INPUTS, ToolInputs, ToolOutcome
+from schema.wire import EventKind
+from schema.wire.vocab import ToolStatus
 
 MAX_ROUNDS_EXCEEDED = "MAX_ROUNDS_EXCEEDED"
 MODEL_RESPONSE_INVALID = "MODEL_RESPONSE_INVALID"
@@ -131,28 +134,46 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
 
     digests = _digests(deps, messages_digest, response_digest)
     new.append(response.as_message())
-    events = [RoundEvent("model_responded", {"boundary_seq": state.boundary_seq, **response.to_json()})]
+    events = [RoundEvent(EventKind.MODEL_RESPONDED, {"boundary_seq": state.boundary_seq, **response.to_json()})]
     if not response.tool_calls:
         return _result(deps, state, new, Finish(output=response.content or ""), events, digests)
     round_projection = _issue_round(deps, state, digests)
     invocations = []
     for call in response.tool_calls:
         invocation, output = run_tool(deps, call, NO_INPUTS)
-        if invocation.status == "suspended":
+        if invocation.status == ToolStatus.SUSPENDED:
             invocation = with_call_projection(deps, state, invocation, round_projection.proof)
         invocations.append((invocation, output))
     return close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
+
+
+@dataclass(frozen=True)
+class InProcessRun:
+    outcome: RoundOutcome
+    rounds: int
+    messages: tuple[Message, ...]
+
+
+def orchestrate(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks | None = None) -> InProcessRun:
+    """Every round of a run, in this process, until it stops continuing (finishes,
+    fails, suspends or needs a rebuild): for tools, tests and the plain single-completion
+    path. A worker runs one round per task instead (``worker.round``)."""
+    while True:
+        result = drive_react_loop(deps, state, hooks)
+        state = state.after(result)
+        if not isinstance(result.outcome, Continue):
+            return InProcessRun(outcome=result.outcome, rounds=state.boundary_seq, messages=state.history)
 
 
 def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tuple[ToolInvocation, ToolOutcome]:
     tool = deps.tools.get(call.name)
     if tool is None:
         error = {"error": {"code": "TOOL_UNKNOWN", "message": f"tool {call.name!r} is not enabled"}}
-        outcome = ToolOutcome("failed", error, error)
+        outcome = ToolOutcome(ToolStatus.FAILED, error, error)
     else:
         outcome = tool.run(call.args, inputs)
     result_digest = None
-    if outcome.status != "suspended":
+    if outcome.status != ToolStatus.SUSPENDED:
         try:
             bad = json_problem(outcome.result, "result", max_depth=MAX_RESULT_DEPTH) or json_problem(
                 outcome.context, "result", max_depth=MAX_RESULT_DEPTH
@@ -162,7 +183,7 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
             result_digest = digest(outcome.result)
         except (ValueError, TypeError) as exc:  # ... or not JSON at all
             error = {"error": {"code": "TOOL_RESULT_INVALID", "message": f"the tool's result cannot be stored: {exc}"}}
-            outcome = ToolOutcome("failed", error, error)
+            outcome = ToolOutcome(ToolStatus.FAILED, error, error)
             result_digest = digest(error)
     invocation = ToolInvocation(
         call=call,
@@ -171,7 +192,7 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
         result=outcome.result,
         args_digest=digest(call.args),
         result_digest=result_digest,
-        suspend=outcome.suspend,
+        suspension=outcome.suspension,
     )
     return invocation, outcome
 
@@ -235,27 +256,28 @@ def close_tool_round(
     for input, else the breaker and the round limit, else continue."""
     for invocation, output in invocations:
         call = invocation.call
-        if invocation.status == "suspended":
-            assert invocation.suspend is not None
+        if invocation.status == ToolStatus.SUSPENDED:
+            assert invocation.suspension is not None
             events.append(
                 RoundEvent(
-                    "tool_suspended", {"tool_call_id": call.id, "name": call.name, **invocation.suspend.to_json()}
+                    EventKind.TOOL_SUSPENDED,
+                    {"tool_call_id": call.id, "name": call.name, **invocation.suspension.to_json()},
                 )
             )
             continue
         new.append(tool_message(call, invocation.result), tool_message(call, output.context))
         events.append(
             RoundEvent(
-                "tool_completed",
+                EventKind.TOOL_COMPLETED,
                 {"tool_call_id": call.id, "name": call.name, "status": invocation.status, "result": invocation.result},
             )
         )
-    waiting = tuple(i.call for i, _ in invocations if i.status == "suspended")
+    waiting = tuple(i.call for i, _ in invocations if i.status == ToolStatus.SUSPENDED)
     fingerprint, repeat_count = None, 0
     outcome: RoundOutcome = Continue()
     if waiting:
-        outcome = Suspended(waiting=waiting)
-        events.append(RoundEvent("run_suspended", {"waiting_for": [c.id for c in waiting]}))
+        outcome = Suspend(waiting=waiting)
+        events.append(RoundEvent(EventKind.RUN_SUSPENDED, {"waiting_for": [c.id for c in waiting]}))
     else:
         if not resumed:  # a round that suspended never counts for the breaker
             verdict = RepeatedToolCallBreaker(deps.policy.repeated_tool_call_limit).judge(
@@ -267,7 +289,7 @@ def close_tool_round(
             if verdict.tripped:
                 assert verdict.message is not None
                 names = sorted({i.call.name for i, _ in invocations})
-                events.append(RoundEvent("breaker_tripped", {"tools": names, "repeat_count": repeat_count}))
+                events.append(RoundEvent(EventKind.BREAKER_TRIPPED, {"tools": names, "repeat_count": repeat_count}))
                 outcome = Fail(REPEATED_IDENTICAL_TOOL_CALL, verdict.message)
         if isinstance(outcome, Continue) and state.boundary_seq + 1 >= deps.policy.max_rounds:
             outcome = Fail(
@@ -309,9 +331,9 @@ def _result(
     resumed: bool = False,
 ) -> RoundResult:
     if isinstance(outcome, Finish):
-        events.append(RoundEvent("run_completed", {"output": outcome.output}))
+        events.append(RoundEvent(EventKind.RUN_COMPLETED, {"output": outcome.output}))
     elif isinstance(outcome, Fail):
-        events.append(RoundEvent("run_failed", {"error_code": outcome.error_code, "message": outcome.message}))
+        events.append(RoundEvent(EventKind.RUN_FAILED, {"error_code": outcome.error_code, "message": outcome.message}))
     return RoundResult(
         boundary_seq=state.boundary_seq,
         outcome=outcome,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 from runtime.canonical import JSON, canonical_json
+from schema.wire.vocab import MessageRole
 
-Role = Literal["user", "assistant", "tool"]
+Role = MessageRole
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class Message:
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Message:
         return cls(
-            role=body["role"],
+            role=MessageRole(body["role"]),
             content=body.get("content"),
             tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in body.get("tool_calls", ())),
             tool_call_id=body.get("tool_call_id"),
@@ -69,9 +70,9 @@ class Message:
 
 
 def user_message(text: str) -> Message:
-    return Message(role="user", content=text)
+    return Message(role=MessageRole.USER, content=text)
 
 
 def tool_message(call: ToolCall, result: JSON) -> Message:
     # The result is stored once, structured; adapters render it for their provider.
-    return Message(role="tool", tool_call_id=call.id, name=call.name, result=result)
+    return Message(role=MessageRole.TOOL, tool_call_id=call.id, name=call.name, result=result)

@@ -1,16 +1,17 @@
-"""The values a round works on and produces: the run's state going in, and the
-``RoundResult`` coming out (what to persist, and what comes next)."""
+"""The values a round produces: the ``RoundResult`` (what to persist) and its outcome
+(what comes next: ``Continue | Suspend | Finish | Fail``, or a ``RebuildRequired``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
-from uuid import UUID
 
 from runtime.canonical import JSON
 from runtime.messages import Message, ToolCall
 from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection
-from runtime.tools import Suspend, ToolDomain
+from runtime.tools import ToolSuspension
+from schema.wire import EventKind
+from schema.wire.vocab import ToolDomain, ToolStatus
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Fail:
 
 
 @dataclass(frozen=True)
-class Suspended:
+class Suspend:
     """Some tool calls of the round wait for input; the run stops consuming a worker."""
 
     waiting: tuple[ToolCall, ...]
@@ -48,7 +49,7 @@ class RebuildRequired:
     kind: Literal["rebuild"] = "rebuild"
 
 
-RoundOutcome = Continue | Finish | Fail | Suspended | RebuildRequired
+RoundOutcome = Continue | Finish | Fail | Suspend | RebuildRequired
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,11 @@ class StoredMessage:
 class ToolInvocation:
     call: ToolCall
     domain: ToolDomain | None  # None: the model named a tool that is not enabled
-    status: str  # completed | failed | suspended
+    status: ToolStatus
     result: JSON  # stored (None while suspended)
     args_digest: str
     result_digest: str | None
-    suspend: Suspend | None = None
+    suspension: ToolSuspension | None = None
     # Set on suspended calls: the proof a resume must match.
     projection: OwnedToolCallProjection | None = None
     # Set when a resume re-ran this call: the stored invocation it completes.
@@ -79,7 +80,7 @@ class ToolInvocation:
 
 @dataclass(frozen=True)
 class RoundEvent:
-    kind: str
+    kind: EventKind
     data: dict[str, Any]
 
 
@@ -106,42 +107,3 @@ class RoundResult:
     tool_fingerprint: str | None = None
     repeat_count: int = 0
     resumed: bool = False
-
-
-@dataclass(frozen=True)
-class RunState:
-    """What a round needs to know about its run: the Root's history so far in context
-    form (as loaded or cached), and where this run stands."""
-
-    input: str
-    boundary_seq: int = 0
-    history: tuple[Message, ...] = ()
-    history_digest: str = ""
-    last_position: int = -1
-    run_id: UUID | None = None
-    claim_fence: int = 0
-    work_owner: str = ""
-    # The previous round's breaker state, from the stored rounds.
-    previous_fingerprint: str | None = None
-    previous_repeat_count: int = 0
-
-    @classmethod
-    def start(cls, text: str) -> RunState:
-        return cls(input=text)
-
-    def after(self, result: RoundResult) -> RunState:
-        """The state after ``result`` is committed (the next round's, unless suspended)."""
-        new = result.new_messages
-        advances = not isinstance(result.outcome, Suspended)
-        return RunState(
-            input=self.input,
-            boundary_seq=self.boundary_seq + (1 if advances else 0),
-            history=self.history + tuple(m.context for m in new),
-            history_digest=new[-1].chain_digest if new else self.history_digest,
-            last_position=new[-1].position if new else self.last_position,
-            run_id=self.run_id,
-            claim_fence=self.claim_fence,
-            work_owner=self.work_owner,
-            previous_fingerprint=result.tool_fingerprint,
-            previous_repeat_count=result.repeat_count,
-        )

@@ -19,9 +19,8 @@ from runtime.canonical import join_path, require_json
 from runtime.config import ModelConfig, ScriptedModelConfig, TurnConfig
 from runtime.deps import OrchestratorDeps, Runtime, compose_deps
 from runtime.errors import RequestInvalid
-from runtime.loop import drive_react_loop
-from runtime.messages import Message
-from runtime.outcomes import RoundOutcome, RunState
+from runtime.loop import InProcessRun, orchestrate
+from runtime.state import RunState
 from schema.wire import RunRequest
 
 
@@ -136,20 +135,7 @@ def prepare_execution(runtime: Runtime, raw: Mapping[str, Any] | RunRequest) -> 
     return request, prepare_turn(runtime, request.config, request.owner)
 
 
-@dataclass(frozen=True)
-class InProcessRun:
-    outcome: RoundOutcome
-    rounds: int
-    messages: tuple[Message, ...]
-
-
 def resolve_and_run(runtime: Runtime, raw: Mapping[str, Any] | RunRequest) -> InProcessRun:
-    """Prepare, then orchestrate every round in this process with no persistence:
-    for tools, tests and the plain single-completion path."""
+    """Prepare, then ``orchestrate`` every round in this process with no persistence."""
     request, prepared = prepare_execution(runtime, raw)
-    state = RunState.start(request.input)
-    while True:
-        result = drive_react_loop(prepared.deps, state)
-        state = state.after(result)
-        if result.outcome.kind != "continue":
-            return InProcessRun(outcome=result.outcome, rounds=state.boundary_seq, messages=state.history)
+    return orchestrate(prepared.deps, RunState.start(request.input))

@@ -17,16 +17,20 @@ import hmac
 import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
+from uuid import UUID
 
 from runtime.canonical import canonical_json
 from runtime.errors import AidaworkError
+from schema.wire.claim import StoredRound
+
+ROUND_PROOF_INVALID = "ROUND_PROOF_INVALID"
 
 
 class ProjectionRefused(AidaworkError):
     """A projection's proof does not verify, or it was not issued by this process's
     driver. Retrying cannot help."""
 
-    code = "ROUND_PROOF_INVALID"
+    code = ROUND_PROOF_INVALID
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +101,17 @@ class ProofAuthority:
             raise ProjectionRefused(
                 f"run {projection.run_id} round {projection.boundary_seq}: the round proof does not verify"
             )
+
+    def verifies_stored_round(self, run_id: UUID, boundary_seq: int, stored: StoredRound) -> bool:
+        """Whether a round row as stored carries the proof its driver issued: a row
+        altered or written by anyone without the server secret does not verify. Checked
+        by the next round (the previous round's row) and by a resume (the suspended one)."""
+        if stored.proof is None:
+            return False
+        fields = asdict(stored)
+        del fields["proof"]
+        fields.update(run_id=str(run_id), boundary_seq=boundary_seq)
+        return self.verifies("round", fields, stored.proof)
 
     def issued_here(self, projection: object) -> bool:
         return projection in self._issued

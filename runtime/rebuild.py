@@ -12,14 +12,22 @@ with a summarization prompt or by the deterministic summarizer the policy select
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from runtime.canonical import canonical_json, digest
 from runtime.context import context_chain
 from runtime.errors import AidaworkError, ModelError
+from runtime.loop import RoundHooks
 from runtime.messages import Message
 from runtime.models.base import ModelClient, ModelRequest
+from schema.wire.rebuild import ChainBuild, RebuildCandidate, ReservationPlan, SourceMessage
+from schema.wire.vocab import MessageRole
+
+__all__ = [
+    "ChainBuild",
+    "RebuildCandidate",
+    "ReservationPlan",
+    "SourceMessage",
+]
 
 SUMMARY_PREFIX = "[Summary of the earlier conversation, rebuilt to fit the context window]\n"
 MAX_SUMMARY_CHARS = 4000
@@ -36,26 +44,6 @@ class RebuildExhausted(AidaworkError):
     """The open chain already consumed its two rebuilds, or there is nothing to compress."""
 
     code = "MODEL_CONTEXT_REBUILD_EXHAUSTED"
-
-
-@dataclass(frozen=True)
-class SourceMessage:
-    """A stored message of the Root as the rebuild sees it."""
-
-    message_id: int
-    position: int
-    run_id: str
-    body: dict[str, object]
-
-
-@dataclass(frozen=True)
-class RebuildCandidate:
-    ordinal: int
-    source_message_ids: tuple[int, ...]
-    last_source_position: int
-    source_digest: str
-    summary: str
-    split: bool
 
 
 def source_digest(source: Sequence[SourceMessage]) -> str:
@@ -168,23 +156,6 @@ class RebuildPredecessorMismatch(AidaworkError):
     code = "MODEL_REBUILD_PREDECESSOR_MISMATCH"
 
 
-@dataclass(frozen=True)
-class ChainBuild:
-    build_id: str
-    ordinal: int
-    consumed: bool
-
-
-@dataclass(frozen=True)
-class ReservationPlan:
-    """Take over an unconsumed build of the chain (its reserver died before admitting
-    it), or insert the next ordinal."""
-
-    take_build_id: str | None
-    ordinal: int
-    predecessor_build_id: str | None
-
-
 def plan_reservation(chain: Sequence[ChainBuild], predecessor_build_id: str | None) -> ReservationPlan:
     """At most two rebuilds per open chain: ordinal 1, then ordinal 2 bound to the
     consumed ordinal 1."""
@@ -215,12 +186,12 @@ SUMMARY_SYSTEM_PROMPT = (
 )
 
 
-def model_summarizer(model: ModelClient, hooks: Any, previous_summary: str | None) -> Summarizer:
+def model_summarizer(model: ModelClient, hooks: RoundHooks, previous_summary: str | None) -> Summarizer:
     """The run's model writes the summary (one call, recorded through ``hooks``)."""
 
     def summarize(source: Sequence[SourceMessage]) -> str:
         transcript = with_previous(previous_summary, deterministic_summary)(source)
-        messages = (Message(role="user", content=transcript),)
+        messages = (Message(role=MessageRole.USER, content=transcript),)
         request = ModelRequest(SUMMARY_SYSTEM_PROMPT, messages, (), context_chain(messages), round_index=-1)
         hooks.model_call_started(request, digest({"summary_of": request.messages_digest}))
         try:
@@ -245,4 +216,4 @@ def with_previous(previous_summary: str | None, summarizer: Summarizer) -> Summa
 
 
 def summary_message(summary: str) -> Message:
-    return Message(role="user", content=SUMMARY_PREFIX + summary)
+    return Message(role=MessageRole.USER, content=SUMMARY_PREFIX + summary)

@@ -18,10 +18,12 @@ from runtime.deps import OrchestratorDeps
 from runtime.errors import AidaworkError
 from runtime.loop import Appender, close_tool_round, run_tool, with_call_projection
 from runtime.messages import ToolCall
-from runtime.outcomes import RoundDigests, RoundEvent, RoundResult, RunState
+from runtime.outcomes import RoundDigests, RoundEvent, RoundResult
 from runtime.proofs import ProofAuthority
-from runtime.tools import Suspend, ToolInputs
-from schema.wire import OriginalToolRoundResume
+from runtime.state import RunState
+from runtime.tools import ToolInputs, ToolSuspension
+from schema.wire import EventKind, OriginalToolRoundResume
+from schema.wire.vocab import ToolStatus
 
 CHECKED_FIELDS = (
     "run_id",
@@ -54,7 +56,7 @@ class StoredSuspension:
 
     call: ToolCall
     resume: OriginalToolRoundResume  # built from the stored columns
-    suspend: Suspend
+    suspension: ToolSuspension
 
 
 def check_resume(proofs: ProofAuthority, resume: OriginalToolRoundResume, stored: StoredSuspension) -> None:
@@ -90,23 +92,22 @@ def resume_original_tool_round(
     deps: OrchestratorDeps,
     state: RunState,
     digests: RoundDigests,
-    resumes: Sequence[OriginalToolRoundResume],
     stored: Sequence[StoredSuspension],
     inputs: Mapping[str, ToolInputs],
 ) -> RoundResult:
     """Re-run exactly the suspended calls of round ``state.boundary_seq`` with their
     delivered ``inputs`` (by tool call id); the model is not called. A call that still
-    lacks input suspends again."""
-    check_resumes(deps.proofs, resumes, stored)
+    lacks input suspends again. The caller has checked the resumes (``check_resumes``)
+    before claiming the run."""
     new = Appender.after(state, deps)
     round_proof = stored[0].resume.round_proof
     runs = []
     for suspension in stored:
         invocation, output = run_tool(deps, suspension.call, inputs.get(suspension.call.id, ToolInputs()))
         invocation = replace(invocation, resumes_invocation_id=suspension.resume.invocation_id)
-        if invocation.status == "suspended":  # still missing input: suspend again, under this claim
+        if invocation.status == ToolStatus.SUSPENDED:  # still missing input: suspend again, under this claim
             invocation = with_call_projection(deps, state, invocation, round_proof)
         runs.append((invocation, output))
     resumed_calls = [s.call.id for s in stored]
-    events = [RoundEvent("round_resumed", {"boundary_seq": state.boundary_seq, "tool_calls": resumed_calls})]
+    events = [RoundEvent(EventKind.ROUND_RESUMED, {"boundary_seq": state.boundary_seq, "tool_calls": resumed_calls})]
     return close_tool_round(deps, state, new, runs, events, digests, resumed=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -14,20 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from runtime.canonical import JSON
 from runtime.context import durable_local_read_context
 from runtime.errors import ToolFailed
-
-
-class ToolDomain(StrEnum):
-    SDK = "sdk"
-    LOCAL = "local"
-    DESKTOP = "desktop"
-    PLUGIN = "plugin"
-
+from schema.wire.vocab import ToolDomain, ToolStatus
 
 # --- suspension: a tool that needs input the worker does not have ------------------------
 
 
 @dataclass(frozen=True)
-class Suspend:
+class ToolSuspension:
     """What a suspended tool call waits for: files from the end user's machine
     (``local_read`` with ``paths``) or a prerequisite resolved by the client (``key``)."""
 
@@ -41,16 +33,16 @@ class Suspend:
         return {"kind": self.kind, "key": self.key}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Suspend:
+    def from_json(cls, data: Mapping[str, Any]) -> ToolSuspension:
         return cls(kind=data["kind"], paths=tuple(data.get("paths", ())), key=data.get("key"))
 
 
 class NeedsInput(Exception):
     """Raised inside a handler by ``ToolInputs`` when the input is not there yet."""
 
-    def __init__(self, suspend: Suspend) -> None:
-        super().__init__(suspend.kind)
-        self.suspend = suspend
+    def __init__(self, suspension: ToolSuspension) -> None:
+        super().__init__(suspension.kind)
+        self.suspension = suspension
 
 
 @dataclass(frozen=True)
@@ -72,12 +64,12 @@ class ToolInputs:
     def read(self, paths: Sequence[str]) -> list[LocalFile]:
         """The delivered files, or suspend the call until they are delivered."""
         if not paths or any(p not in self.files for p in paths):
-            raise NeedsInput(Suspend("local_read", paths=tuple(paths)))
+            raise NeedsInput(ToolSuspension("local_read", paths=tuple(paths)))
         return [self.files[p] for p in paths]
 
     def prerequisite(self, key: str) -> JSON:
         if key not in self.prerequisites:
-            raise NeedsInput(Suspend("prerequisite", key=key))
+            raise NeedsInput(ToolSuspension("prerequisite", key=key))
         return self.prerequisites[key]
 
 
@@ -95,10 +87,10 @@ class ToolOutput:
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    status: str  # completed | failed | suspended
+    status: ToolStatus
     result: JSON  # what is stored (None while suspended)
     context: JSON  # what the model's context shows
-    suspend: Suspend | None = None
+    suspension: ToolSuspension | None = None
 
 
 ToolHandler = Callable[[Any, ToolInputs], JSON | ToolOutput]
@@ -136,15 +128,15 @@ class Tool:
         except ToolFailed as exc:
             return _failed(exc.code, exc.message)
         except NeedsInput as need:
-            return ToolOutcome("suspended", None, None, need.suspend)
+            return ToolOutcome(ToolStatus.SUSPENDED, None, None, need.suspension)
         if isinstance(output, ToolOutput):
-            return ToolOutcome("completed", output.result, output.context)
-        return ToolOutcome("completed", output, output)
+            return ToolOutcome(ToolStatus.COMPLETED, output.result, output.context)
+        return ToolOutcome(ToolStatus.COMPLETED, output, output)
 
 
 def _failed(code: str, message: str) -> ToolOutcome:
     result = {"error": {"code": code, "message": message}}
-    return ToolOutcome("failed", result, result)
+    return ToolOutcome(ToolStatus.FAILED, result, result)
 
 
 def _first_error(exc: ValidationError) -> str:

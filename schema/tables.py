@@ -2,7 +2,7 @@
 
 Alembic migrations create it (``aidawork migrate``); a test proves that
 ``upgrade head`` equals this file. Status columns carry CHECK constraints that mirror
-the ``StrEnum``s in ``schema.wire``.
+the ``StrEnum``s in ``schema.wire`` and ``schema.wire.vocab``, and are built from them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from schema.wire import RunStatus
+from schema.wire.vocab import MessageRole, RoundOutcomeKind, ToolDomain, ToolStatus
 
 metadata = MetaData(
     naming_convention={
@@ -174,7 +175,7 @@ runtime_work_model_rebuild_consumptions = Table(
     Column("consumed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
 
-ROUND_OUTCOMES = ["continue", "finish", "fail", "suspend"]
+ROUND_OUTCOMES = [k.value for k in RoundOutcomeKind]
 
 rounds = Table(
     "rounds",
@@ -200,7 +201,7 @@ rounds = Table(
     CheckConstraint(_in("outcome", ROUND_OUTCOMES), name="outcome"),
 )
 
-MESSAGE_ROLES = ["user", "assistant", "tool"]
+MESSAGE_ROLES = [r.value for r in MessageRole]
 
 messages = Table(
     "messages",
@@ -220,8 +221,8 @@ messages = Table(
     UniqueConstraint("root_id", "position"),
 )
 
-TOOL_STATUSES = ["completed", "failed", "suspended"]
-TOOL_DOMAINS = ["sdk", "local", "desktop", "plugin"]
+TOOL_STATUSES = [s.value for s in ToolStatus]
+TOOL_DOMAINS = [d.value for d in ToolDomain]
 
 tool_invocations = Table(
     "tool_invocations",

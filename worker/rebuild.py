@@ -13,6 +13,7 @@ The caller then runs the round again on the rebuilt context.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from uuid import UUID
 
 import structlog
@@ -20,19 +21,21 @@ import structlog
 from runtime.context import context_chain
 from runtime.deps import OrchestratorDeps
 from runtime.loop import RoundHooks
-from runtime.memory import RunMemory
 from runtime.proofs import ProjectionRefused
 from runtime.rebuild import (
     RebuildCandidate,
     RebuildSourceChanged,
     deterministic_summary,
     model_summarizer,
+    plan_reservation,
     prepare_model_rebuild_candidate,
     summary_message,
+    verify_prepared_prefix,
     with_previous,
 )
+from runtime.state import RunState
 from schema.store import rebuilds as rebuild_store
-from schema.store.runs import Claim
+from schema.wire.claim import Claim
 from worker.bootstrap import WorkerContext
 
 log = structlog.get_logger("aidawork.rebuild")
@@ -41,10 +44,10 @@ MAX_PREPARES = 3
 
 
 def rebuild_context(
-    ctx: WorkerContext, claim: Claim, memory: RunMemory, deps: OrchestratorDeps, hooks: RoundHooks
-) -> RunMemory:
-    anchor = memory.last_position
-    predecessor = memory.last_build_id if memory.chain_anchor == anchor else None
+    ctx: WorkerContext, claim: Claim, state: RunState, deps: OrchestratorDeps, hooks: RoundHooks
+) -> RunState:
+    anchor = state.last_position
+    predecessor = state.last_build_id if state.chain_anchor == anchor else None
     reservation = rebuild_store.reserve_model_rebuild(
         ctx.engine,
         run_id=claim.run_id,
@@ -52,17 +55,18 @@ def rebuild_context(
         boundary_seq=claim.boundary_seq,
         chain_anchor=anchor,
         predecessor_build_id=predecessor,
+        plan_reservation=plan_reservation,
     )
     log.info("rebuild_reserved", build_id=str(reservation.build_id), ordinal=reservation.ordinal)
-    summarizer = with_previous(memory.summary, deterministic_summary)
+    summarizer = with_previous(state.summary, deterministic_summary)
     if deps.policy.context_summarizer == "model":
-        summarizer = model_summarizer(deps.model, hooks, memory.summary)
+        summarizer = model_summarizer(deps.model, hooks, state.summary)
     for attempt in range(1, MAX_PREPARES + 1):
-        sources = rebuild_store.load_context_sources(ctx.engine, claim.root_id, memory.context_start)
+        sources = rebuild_store.load_context_sources(ctx.engine, claim.root_id, state.context_start)
         candidate = prepare_model_rebuild_candidate(sources, summarizer, reservation.ordinal)
         rebuild_store.record_candidate(ctx.engine, reservation.build_id, claim.run_id, claim.fence, candidate)
         try:
-            _admit(ctx, claim, memory, reservation.build_id, anchor, candidate)
+            _admit(ctx, claim, state, reservation.build_id, anchor, candidate)
             break
         except RebuildSourceChanged as exc:
             log.warning("rebuild_source_changed", attempt=attempt, reason=exc.message)
@@ -70,14 +74,11 @@ def rebuild_context(
                 raise
     log.info("context_rebuilt", build_id=str(reservation.build_id), sources=len(candidate.source_message_ids))
     start = candidate.last_source_position + 1
-    kept = memory.positional()[start - memory.context_start :]
+    kept = state.positional()[start - state.context_start :]
     history = (summary_message(candidate.summary), *kept)
-    return RunMemory(
-        run_id=memory.run_id,
-        input=memory.input,
-        prepared=memory.prepared,
+    return replace(
+        state,
         history=history,
-        last_position=memory.last_position,
         history_digest=context_chain(history),
         context_start=start,
         summary=candidate.summary,
@@ -87,7 +88,7 @@ def rebuild_context(
 
 
 def _admit(
-    ctx: WorkerContext, claim: Claim, memory: RunMemory, build_id: UUID, anchor: int, candidate: RebuildCandidate
+    ctx: WorkerContext, claim: Claim, state: RunState, build_id: UUID, anchor: int, candidate: RebuildCandidate
 ) -> None:
     proofs = ctx.runtime.base.proofs
     fields = {
@@ -112,7 +113,8 @@ def _admit(
         fence=claim.fence,
         boundary_seq=claim.boundary_seq,
         chain_anchor=anchor,
-        context_start=memory.context_start,
+        context_start=state.context_start,
         candidate=candidate,
         authorize=authorize,
+        verify_prefix=verify_prepared_prefix,
     )

@@ -20,9 +20,9 @@ from runtime.messages import ToolCall
 from runtime.outcomes import RoundDigests
 from runtime.prepare import invalid_from
 from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
-from runtime.tools import LocalFile, Suspend, ToolInputs
+from runtime.tools import LocalFile, ToolInputs, ToolSuspension
 from schema.store import claims as claim_store
-from schema.store.suspensions import SuspensionMaterial, load_suspension
+from schema.store.suspensions import SuspendedCall, SuspensionMaterial, load_suspension
 from schema.wire import OriginalToolRoundResume
 from worker.bootstrap import WorkerContext
 from worker.round import RoundDisposition, log_refused_claim, run_claimed
@@ -52,20 +52,19 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
     run_id, boundary_seq = material.run_id, material.boundary_seq
     stored = [_stored(call) for call in material.calls]
     proofs = ctx.runtime.base.proofs
+    # Checked once, before the claim: a refused resume changes nothing.
     check_resumes(proofs, resumes, stored)
-    round_fields = {k: v for k, v in material.digests.items() if k != "proof"}
-    round_fields.update(run_id=str(run_id), boundary_seq=boundary_seq)
-    if not proofs.verifies("round", round_fields, material.digests["proof"] or ""):
+    if not proofs.verifies_stored_round(run_id, boundary_seq, material.round):
         raise ResumeRefused(run_id, "round_proof", "the suspended round's stored proof does not verify")
 
-    memory = ctx.runtime.memory.get(run_id)
+    cached = ctx.runtime.contexts.get(run_id)
     claim = claim_store.claim_round(
         ctx.engine,
         run_id,
         boundary_seq,
         lease_s=ctx.settings.lease_s,
-        after_position=memory.last_position if memory else -1,
-        cold=memory is None,
+        after_position=cached.last_position if cached else -1,
+        cold=cached is None,
         holder=ctx.leases.worker_id,
         resume_of=[r.invocation_id for r in resumes],
         held_fence=ctx.leases.take_unreleased(run_id),
@@ -73,38 +72,34 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
     if claim is None:
         log_refused_claim(ctx, run_id, boundary_seq, resume=True)
         return RoundDisposition.DROPPED
+    stored_round = material.round
     digests = RoundDigests(
-        material.digests["system_digest"],
-        material.digests["messages_digest"],
-        material.digests["tools_digest"],
-        material.digests["accepted_response_digest"],
+        stored_round.system_digest,
+        stored_round.messages_digest,
+        stored_round.tools_digest,
+        stored_round.accepted_response_digest,
     )
     inputs = _inputs(material)
     return run_claimed(
         ctx,
         claim,
-        memory,
-        lambda deps, state, hooks: resume_original_tool_round(deps, state, digests, resumes, stored, inputs),
+        cached,
+        lambda deps, state, hooks: resume_original_tool_round(deps, state, digests, stored, inputs),
     )
 
 
-def _stored(call: dict[str, object]) -> StoredSuspension:
-    resume = call["resume"]
-    assert isinstance(resume, OriginalToolRoundResume)
-    args = call["args"]
-    suspension = call["suspension"]
-    assert isinstance(args, dict) and isinstance(suspension, dict)
+def _stored(call: SuspendedCall) -> StoredSuspension:
     return StoredSuspension(
-        call=ToolCall(id=str(call["tool_call_id"]), name=str(call["tool_name"]), args=args),
-        resume=resume,
-        suspend=Suspend.from_json(suspension),
+        call=ToolCall(id=call.tool_call_id, name=call.tool_name, args=call.args),
+        resume=call.resume,
+        suspension=ToolSuspension.from_json(call.suspension),
     )
 
 
 def _inputs(material: SuspensionMaterial) -> dict[str, ToolInputs]:
     inputs = {}
     for call in material.calls:
-        call_id = str(call["tool_call_id"])
+        call_id = call.tool_call_id
         files = {
             path: LocalFile(path=path, content=f["content"], digest=f["digest"], size_bytes=f["size_bytes"])
             for path, f in material.files.get(call_id, {}).items()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
 from uuid import UUID
 
 import structlog
@@ -24,22 +23,23 @@ from runtime.context import context_chain, context_form
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelUnavailable, RequestInvalid
 from runtime.loop import RoundHooks, drive_react_loop
-from runtime.memory import RunMemory
 from runtime.messages import Message
 from runtime.models.base import ModelRequest, ModelResponse
-from runtime.outcomes import Continue, Fail, Finish, RebuildRequired, RoundResult, RunState, Suspended
+from runtime.outcomes import Continue, RebuildRequired, RoundResult, Suspend
 from runtime.prepare import prepare_turn
+from runtime.proofs import ROUND_PROOF_INVALID
 from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
+from runtime.record import round_record
+from runtime.state import RunState
 from schema.store import claims as claim_store
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
-from schema.store.bodies import without_result
 from schema.store.errors import FenceLost, ToolCallIdReused
-from schema.store.rounds import RoundRecord
-from schema.store.runs import Claim
-from schema.wire import RoundTask, RunStatus
+from schema.wire import RoundTask
+from schema.wire.claim import Claim
+from schema.wire.record import RoundRecord
 from worker import failpoints
 from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
@@ -49,7 +49,6 @@ from worker.rebuild import rebuild_context
 log = structlog.get_logger("aidawork.round")
 
 ROUND_ATTEMPTS_EXHAUSTED = "ROUND_ATTEMPTS_EXHAUSTED"
-ROUND_PROOF_INVALID = "ROUND_PROOF_INVALID"
 CONFIG_INVALID = "CONFIG_INVALID"
 # Claims of one round allowed per attempt of the budget: a holder that dies before the
 # round's execution is marked (loading a huge context, say) costs no attempt, and neither
@@ -97,21 +96,21 @@ class LedgerHooks:
 
 
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
-    memory = ctx.runtime.memory.get(task.run_id)
+    cached = ctx.runtime.contexts.get(task.run_id)
     claim = claim_store.claim_round(
         ctx.engine,
         task.run_id,
         task.boundary_seq,
         lease_s=ctx.settings.lease_s,
-        after_position=memory.last_position if memory else -1,
-        cold=memory is None,
+        after_position=cached.last_position if cached else -1,
+        cold=cached is None,
         holder=ctx.leases.worker_id,
         held_fence=ctx.leases.take_unreleased(task.run_id),
     )
     if claim is None:
         log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False)
         return RoundDisposition.DROPPED
-    return run_claimed(ctx, claim, memory, drive_react_loop)
+    return run_claimed(ctx, claim, cached, drive_react_loop)
 
 
 def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, resume: bool) -> None:
@@ -143,31 +142,37 @@ def round_at_fault(exc: BaseException) -> bool:
     return not isinstance(exc, NOT_THE_ROUNDS_FAULT)
 
 
-def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step: RoundStep) -> RoundDisposition:
-    """Everything after a successful claim, for a round and for a resume alike."""
+def run_claimed(ctx: WorkerContext, claim: Claim, cached: RunState | None, step: RoundStep) -> RoundDisposition:
+    """Everything after a successful claim, for a round and for a resume alike;
+    ``cached`` is this process's cached state of the run, if any."""
     bind(claim_fence=claim.fence)
-    log.info("round_claimed", attempt=claim.attempt, cold=memory is None)
+    log.info("round_claimed", attempt=claim.attempt, cold=cached is None)
     exhausted = _attempts_exhausted(claim, ctx.settings.max_round_attempts)
     if exhausted is not None:
         return _fail_run(ctx, claim, ROUND_ATTEMPTS_EXHAUSTED, exhausted)
     failpoints.hit("after_claim", owner=claim.owner)
     try:
-        memory = _memory_after_claim(ctx, memory, claim)
+        state = _state_after_claim(ctx, cached, claim)
     except RequestInvalid as exc:
         return _fail_run(ctx, claim, CONFIG_INVALID, f"the stored run config is not valid: {exc.message}")
-    if not _previous_round_verifies(ctx, claim):
+    previous = claim.previous_round
+    # The next round verifies the proof its predecessor stored: a round row altered or
+    # written by anyone without the server secret stops the run.
+    if previous is not None and not ctx.runtime.base.proofs.verifies_stored_round(
+        claim.run_id, claim.boundary_seq - 1, previous
+    ):
         return _fail_run(
             ctx, claim, ROUND_PROOF_INVALID, f"the stored proof of round {claim.boundary_seq - 1} does not verify"
         )
 
     try:
-        deps, hooks = memory.prepared.deps, LedgerHooks(ctx, claim)
+        deps, hooks = _deps(state), LedgerHooks(ctx, claim)
         with ctx.leases.holding(claim.run_id, claim.fence):
-            result = step(deps, _state(memory, claim), hooks)
+            result = step(deps, state, hooks)
             while isinstance(result.outcome, RebuildRequired):
-                memory = rebuild_context(ctx, claim, memory, deps, hooks)
-                result = step(deps, _state(memory, claim), hooks)
-        next_run_id = round_store.commit_round(ctx.engine, _record(ctx, claim, result))
+                state = rebuild_context(ctx, claim, state, deps, hooks)
+                result = step(deps, state, hooks)
+        next_run_id = round_store.commit_round(ctx.engine, record_of(ctx, claim, result))
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message)
     except BaseException as exc:
@@ -183,26 +188,31 @@ def run_claimed(ctx: WorkerContext, claim: Claim, memory: RunMemory | None, step
                 ctx.leases.remember_unreleased(claim.run_id, claim.fence)
         raise
 
-    return _after_commit(ctx, claim, memory, result, next_run_id)
+    return _after_commit(ctx, claim, state, result, next_run_id)
+
+
+def _deps(state: RunState) -> OrchestratorDeps:
+    assert state.deps is not None, "a claimed run's state carries its composed deps"
+    return state.deps
 
 
 def _after_commit(
-    ctx: WorkerContext, claim: Claim, memory: RunMemory, result: RoundResult, next_run_id: UUID | None
+    ctx: WorkerContext, claim: Claim, state: RunState, result: RoundResult, next_run_id: UUID | None
 ) -> RoundDisposition:
     """Cache the new context, then (only now) enqueue what comes next."""
     outcome = result.outcome
-    if isinstance(outcome, (Continue, Suspended)) and result.new_messages:
+    if isinstance(outcome, (Continue, Suspend)) and result.new_messages:
         new = tuple(m.context for m in result.new_messages)
         last = result.new_messages[-1]
-        ctx.runtime.memory.put(memory.extended(new, last.position, last.chain_digest))
-    elif not isinstance(outcome, (Continue, Suspended)):
-        ctx.runtime.memory.discard(claim.run_id)
+        ctx.runtime.contexts.put(state.extended(new, last.position, last.chain_digest))
+    elif not isinstance(outcome, (Continue, Suspend)):
+        ctx.runtime.contexts.discard(claim.run_id)
     log.info("round_committed", outcome=outcome.kind, messages=len(result.new_messages), resumed=result.resumed)
     failpoints.hit("after_commit", owner=claim.owner)
 
     if isinstance(outcome, Continue):
         send_or_defer(ctx.engine, claim.run_id, lambda: ctx.dispatch.round(claim.run_id, claim.boundary_seq + 1))
-    elif isinstance(outcome, Suspended):
+    elif isinstance(outcome, Suspend):
         resumes = suspension_store.resume_if_ready(ctx.engine, claim.run_id)
         if resumes:
             send_or_defer(ctx.engine, claim.run_id, lambda: ctx.dispatch.resume(resumes))
@@ -232,61 +242,34 @@ def _attempts_exhausted(claim: Claim, max_attempts: int) -> str | None:
     return None
 
 
-def _state(memory: RunMemory, claim: Claim) -> RunState:
-    return RunState(
-        input=memory.input,
-        boundary_seq=claim.boundary_seq,
-        history=memory.history,
-        history_digest=memory.history_digest,
-        last_position=memory.last_position,
-        run_id=claim.run_id,
-        claim_fence=claim.fence,
-        work_owner=claim.owner,
-        previous_fingerprint=claim.previous_fingerprint,
-        previous_repeat_count=claim.previous_repeat_count,
-    )
-
-
-def _previous_round_verifies(ctx: WorkerContext, claim: Claim) -> bool:
-    """The next round verifies the proof its predecessor stored: a round row altered or
-    written by anyone without the server secret stops the run."""
-    previous = claim.previous_round
-    if previous is None:
-        return True
-    fields = {k: v for k, v in previous.items() if k != "proof"}
-    fields.update(run_id=str(claim.run_id), boundary_seq=claim.boundary_seq - 1)
-    proof = previous.get("proof")
-    return isinstance(proof, str) and ctx.runtime.base.proofs.verifies("round", fields, proof)
-
-
-def _memory_after_claim(ctx: WorkerContext, memory: RunMemory | None, claim: Claim) -> RunMemory:
-    """The run's context after the claim: the cached one extended with the messages
+def _state_after_claim(ctx: WorkerContext, cached: RunState | None, claim: Claim) -> RunState:
+    """The run's state under the claim: the cached context extended with the messages
     committed since, or (cold) built from the stored config and the whole history. The
     messages enter in context form, under this run's policy, and the context's chain
     digest is extended over them."""
     cp = claim.checkpoint
     new_messages = claim.new_messages
-    if memory is not None and (memory.context_start, memory.summary) != (cp.context_start, cp.summary):
+    if cached is not None and (cached.context_start, cached.summary) != (cp.context_start, cp.summary):
         # Another worker rebuilt the context since this process cached it: start over.
         new_messages = claim_store.load_messages(ctx.engine, claim.root_id, cp.context_start)
-        memory = _empty_memory(claim, memory.input, memory.prepared)
-    if memory is None:
+        cached = _empty_state(claim, cached.input, _deps(cached))
+    if cached is None:
         assert claim.input is not None and claim.config is not None
-        memory = _empty_memory(claim, claim.input, prepare_turn(ctx.runtime, claim.config, claim.owner))
+        cached = _empty_state(claim, claim.input, prepare_turn(ctx.runtime, claim.config, claim.owner).deps)
+    state = cached.under(claim)
     if new_messages:
-        max_bytes = memory.prepared.turn_config.policy.max_tool_output_bytes
-        loaded = tuple(context_form(Message.from_json(body), max_bytes, reads) for _, body, reads in new_messages)
-        memory = memory.extended(loaded, new_messages[-1][0], context_chain(loaded, memory.history_digest))
-    return memory
+        max_bytes = _deps(state).policy.max_tool_output_bytes
+        loaded = tuple(context_form(Message.from_json(m.body), max_bytes, m.reads) for m in new_messages)
+        state = state.extended(loaded, new_messages[-1].position, context_chain(loaded, state.history_digest))
+    return state
 
 
-def _empty_memory(claim: Claim, text: str, prepared: Any) -> RunMemory:
+def _empty_state(claim: Claim, text: str, deps: OrchestratorDeps) -> RunState:
     cp = claim.checkpoint
     history = (summary_message(cp.summary),) if cp.summary is not None else ()
-    return RunMemory(
-        run_id=claim.run_id,
+    return RunState(
         input=text,
-        prepared=prepared,
+        run_id=claim.run_id,
         history=history,
         last_position=cp.context_start - 1,
         history_digest=context_chain(history),
@@ -294,84 +277,26 @@ def _empty_memory(claim: Claim, text: str, prepared: Any) -> RunMemory:
         summary=cp.summary,
         last_build_id=cp.last_build_id,
         chain_anchor=cp.chain_anchor,
+        deps=deps,
     )
 
 
 def _fail_run(ctx: WorkerContext, claim: Claim, code: str, message: str) -> RoundDisposition:
     next_run_id = run_store.fail_claimed_run(ctx.engine, claim.run_id, claim.fence, code, message)
-    ctx.runtime.memory.discard(claim.run_id)
+    ctx.runtime.contexts.discard(claim.run_id)
     log.warning("run_failed", error_code=code, error_message=message)
     if next_run_id is not None:
         ctx.dispatch.round(next_run_id, 0)
     return RoundDisposition.RUN_FAILED
 
 
-def _record(ctx: WorkerContext, claim: Claim, result: RoundResult) -> RoundRecord:
+def record_of(ctx: WorkerContext, claim: Claim, result: RoundResult) -> RoundRecord:
     """The round as the store takes it. Only results issued by this process's driver are
     stored: their projections must be in the proof authority's registry."""
     proofs = ctx.runtime.base.proofs
     if result.projection is not None:
         proofs.require_issued(result.projection)
-    outcome = result.outcome
-    status = {
-        "continue": RunStatus.RUNNING,
-        "suspend": RunStatus.SUSPENDED,
-        "finish": RunStatus.COMPLETED,
-        "fail": RunStatus.FAILED,
-    }[outcome.kind]
-    tools = []
-    for t in result.tool_invocations:
-        projection = t.projection
-        if projection is not None:
-            proofs.require_issued(projection)
-        tools.append(
-            {
-                "tool_call_id": t.call.id,
-                "tool_name": t.call.name,
-                "tool_domain": t.domain.value if t.domain else None,
-                "args": t.call.args,
-                "args_digest": t.args_digest,
-                "status": t.status,
-                "result": t.result,
-                "result_digest": t.result_digest,
-                "suspension": t.suspend.to_json() if t.suspend else None,
-                "invocation_id": projection.invocation_id if projection else t.resumes_invocation_id,
-                "work_owner": projection.work_owner if projection else None,
-                "proof": projection.proof if projection else None,
-                "resumes_invocation_id": t.resumes_invocation_id,
-            }
-        )
-    return RoundRecord(
-        run_id=claim.run_id,
-        boundary_seq=claim.boundary_seq,
-        fence=claim.fence,
-        outcome=outcome.kind,
-        status=status.value,
-        terminal=status.terminal,
-        output=outcome.output if isinstance(outcome, Finish) else None,
-        error_code=outcome.error_code if isinstance(outcome, Fail) else None,
-        error_message=outcome.message if isinstance(outcome, Fail) else None,
-        system_digest=result.digests.system,
-        messages_digest=result.digests.messages,
-        tools_digest=result.digests.tools,
-        accepted_response_digest=result.digests.accepted_response,
-        tool_fingerprint=result.tool_fingerprint,
-        repeat_count=result.repeat_count,
-        proof=result.projection.proof if result.projection else None,
-        resumed=result.resumed,
-        messages=[
-            {"position": m.position, "body": _stored_body(m.message.to_json()), "chain_digest": m.chain_digest}
-            for m in result.new_messages
-        ],
-        tools=tools,
-        events=[
-            {"kind": e.kind, "data": without_result(e.data) if e.kind == "tool_completed" else e.data}
-            for e in result.events
-        ],
-    )
-
-
-def _stored_body(body: dict[str, Any]) -> dict[str, Any]:
-    """A tool message is stored without its result: the result is stored once, in the
-    call's tool_invocations row (schema.store.bodies)."""
-    return without_result(body) if body.get("role") == "tool" else body
+    for invocation in result.tool_invocations:
+        if invocation.projection is not None:
+            proofs.require_issued(invocation.projection)
+    return round_record(claim, result)

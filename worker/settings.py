@@ -16,7 +16,7 @@ from runtime.models.keys import ANY_OWNER, clean_key
 from schema.wire import RunRequest
 
 ENV_PREFIX = "AIDAWORK_"
-FAILPOINTS = frozenset({"after_claim", "after_model_call", "in_tool", "after_commit", "after_enqueue"})
+FAILPOINTS = frozenset({"after_claim", "after_model_call", "after_commit", "after_enqueue"})
 MIN_API_TOKEN_CHARS = 16
 # An API token's owner is stored as runs.owner: the same rules as a run request's owner.
 _OWNER = TypeAdapter(Annotated[str, RunRequest.model_fields["owner"]])

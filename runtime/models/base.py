@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from runtime.canonical import digest
 from runtime.messages import Message, ToolCall
+from schema.wire.vocab import MessageRole
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class ModelResponse:
         return digest(self.to_json())
 
     def as_message(self) -> Message:
-        return Message(role="assistant", content=self.content, tool_calls=self.tool_calls)
+        return Message(role=MessageRole.ASSISTANT, content=self.content, tool_calls=self.tool_calls)
 
 
 class ModelClient(Protocol):

@@ -18,10 +18,10 @@ from sqlalchemy import Connection, Engine, TextClause, text
 
 from schema.store.bodies import message_body_sql
 from schema.store.roots import earlier_active_sql
-from schema.store.runs import Checkpoint, Claim
 from schema.store.tx import run_transaction
 from schema.store.workers import DEATH_ELSEWHERE
 from schema.wire import RunStatus
+from schema.wire.claim import Checkpoint, Claim, LoadedMessage, StoredRound
 
 
 def _claim_sql(guard: str, execution_fence: str) -> TextClause:
@@ -143,10 +143,10 @@ def claim_round_txn(
         claims=row.round_claims,
         input=row.input,
         config=row.config,
-        new_messages=[(p, b, reads) for p, b, reads in row.new_messages],
+        new_messages=tuple(LoadedMessage(p, b, reads) for p, b, reads in row.new_messages),
         previous_fingerprint=row.previous_fingerprint,
         previous_repeat_count=row.previous_repeat_count,
-        previous_round=row.previous_round,
+        previous_round=None if row.previous_round is None else StoredRound(**row.previous_round),
         checkpoint=Checkpoint(row.context_start_position, row.summary, row.last_build_id, row.chain_anchor),
     )
 
@@ -181,7 +181,7 @@ def claim_round(
     return run_transaction(engine, txn, name="claim_round", single_statement=True)
 
 
-def load_messages(engine: Engine, root_id: UUID, from_position: int) -> list[tuple[int, dict[str, Any], Any]]:
+def load_messages(engine: Engine, root_id: UUID, from_position: int) -> tuple[LoadedMessage, ...]:
     """The Root's messages from a position, as the claim returns them (a worker whose
     cached context predates a rebuild made elsewhere reloads with this)."""
     with engine.connect() as conn:
@@ -192,7 +192,7 @@ def load_messages(engine: Engine, root_id: UUID, from_position: int) -> list[tup
             ),
             {"root": root_id, "start": from_position},
         )
-        return [(r.position, r.body, r.reads) for r in rows]
+        return tuple(LoadedMessage(r.position, r.body, r.reads) for r in rows)
 
 
 _DESCRIBE_SQL = text(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from runtime.errors import AidaworkError
+from schema.wire.errors import AidaworkError
 
 
 class FenceLost(AidaworkError):

@@ -9,23 +9,22 @@ transaction* again; the candidate (and its summary) was prepared before and is r
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine, text
 
-from runtime.rebuild import (
-    ChainBuild,
-    RebuildCandidate,
-    SourceMessage,
-    plan_reservation,
-    verify_prepared_prefix,
-)
 from schema.store.bodies import message_body_sql
 from schema.store.errors import FenceLost
 from schema.store.tx import run_transaction
+from schema.wire.rebuild import ChainBuild, RebuildCandidate, ReservationPlan, SourceMessage
+
+# The core's rules, passed in (``runtime.rebuild.plan_reservation`` and
+# ``verify_prepared_prefix``): the store reads and writes, the core decides.
+PlanReservation = Callable[[Sequence[ChainBuild], str | None], ReservationPlan]
+VerifyPrefix = Callable[[RebuildCandidate, Sequence[SourceMessage], set[str]], None]
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,7 @@ def reserve_model_rebuild_txn(
     boundary_seq: int,
     chain_anchor: int,
     predecessor_build_id: UUID | None,
+    plan_reservation: PlanReservation,
 ) -> Reservation:
     root_id = _hold_fence(conn, run_id, fence).root_id
     conn.execute(text("SELECT 1 FROM roots WHERE id = :id FOR UPDATE"), {"id": root_id})
@@ -108,6 +108,7 @@ def reserve_model_rebuild(
     boundary_seq: int,
     chain_anchor: int,
     predecessor_build_id: UUID | None,
+    plan_reservation: PlanReservation,
 ) -> Reservation:
     """Reserve the chain's next rebuild slot (or take over an unconsumed one). The Root
     row is locked first, so concurrent reservations of one chain are serialized; the
@@ -121,6 +122,7 @@ def reserve_model_rebuild(
             boundary_seq=boundary_seq,
             chain_anchor=chain_anchor,
             predecessor_build_id=predecessor_build_id,
+            plan_reservation=plan_reservation,
         ),
         name="reserve_model_rebuild",
     )
@@ -184,6 +186,7 @@ def admit_model_rebuild_request_txn(
     context_start: int,
     candidate: RebuildCandidate,
     authorize: Callable[[int], None],
+    verify_prefix: VerifyPrefix,
     after_snapshot: Callable[[], None] | None = None,
 ) -> None:
     root_id = _hold_fence(conn, run_id, fence).root_id
@@ -196,7 +199,7 @@ def admit_model_rebuild_request_txn(
             {"root": root_id, "run": run_id},
         )
     }
-    verify_prepared_prefix(candidate, context, eligible)
+    verify_prefix(candidate, context, eligible)
     if after_snapshot is not None:
         after_snapshot()
     conn.execute(
@@ -257,10 +260,12 @@ def admit_model_rebuild_request(
     context_start: int,
     candidate: RebuildCandidate,
     authorize: Callable[[int], None],
+    verify_prefix: VerifyPrefix,
     after_snapshot: Callable[[], None] | None = None,
 ) -> None:
     """Consume the build: at REPEATABLE READ, under the held fence, re-check the driver's
-    authorization (``authorize(fence)`` verifies its proof) and the source prefix, write
+    authorization (``authorize(fence)`` verifies its proof) and the source prefix
+    (``verify_prefix``, which raises if it changed), write
     the immutable consumption row, and advance the run's checkpoint. ``after_snapshot``
     is a test seam, called once the transaction has read its snapshot."""
     run_transaction(
@@ -275,6 +280,7 @@ def admit_model_rebuild_request(
             context_start=context_start,
             candidate=candidate,
             authorize=authorize,
+            verify_prefix=verify_prefix,
             after_snapshot=after_snapshot,
         ),
         isolation_level="REPEATABLE READ",

@@ -9,16 +9,21 @@ written, and the caller gets ``FenceLost``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import fields
 from typing import Any
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, TextClause, text
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError
 
+from schema import tables
+from schema.store.bodies import without_result
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.store.roots import next_in_root_sql
 from schema.store.tx import run_transaction
+from schema.wire import EventKind
+from schema.wire.record import EventRecord, MessageRecord, RoundRecord, ToolInvocationRecord
 
 
 def _commit_sql(round_row: str, tool_rows: str) -> TextClause:
@@ -52,10 +57,21 @@ SELECT upd.id, CASE WHEN :terminal THEN {next_in_root_sql("upd")} END AS next_ru
     )
 
 
-_TOOL_COLUMNS = """jsonb_to_recordset(CAST(:tools AS jsonb)) AS t(
-    tool_call_id text, tool_name text, tool_domain text, args jsonb, args_digest text, status text,
-    result jsonb, result_digest text, suspension jsonb, invocation_id text, work_owner text, proof text,
-    resumes_invocation_id text)"""
+# The record's fields are the tool rows' columns, typed as in the table (a field that is
+# no column, resumes_invocation_id, is text).
+_TOOL_FIELDS = fields(ToolInvocationRecord)
+
+
+def _sql_type(name: str) -> str:
+    column = tables.tool_invocations.c.get(name)
+    return "jsonb" if column is not None and isinstance(column.type, JSONB) else "text"
+
+
+_TOOL_COLUMNS = "jsonb_to_recordset(CAST(:tools AS jsonb)) AS t({})".format(
+    ", ".join(f"{f.name} {_sql_type(f.name)}" for f in _TOOL_FIELDS)
+)
+# The record's fields a round inserts as they are (the rest of a row comes from the claim).
+_STORED_TOOL_FIELDS = [f.name for f in _TOOL_FIELDS if f.name in tables.tool_invocations.c]
 
 COMMIT_ROUND_SQL = _commit_sql(
     round_row="""
@@ -64,11 +80,8 @@ COMMIT_ROUND_SQL = _commit_sql(
   SELECT id, :boundary_seq, :fence, :outcome, :system_digest, :messages_digest, :tools_digest,
          :accepted_response_digest, :tool_fingerprint, :repeat_count, :proof FROM upd""",
     tool_rows=f"""
-  INSERT INTO tool_invocations (run_id, boundary_seq, tool_call_id, tool_name, tool_domain, args,
-                                args_digest, status, result, result_digest, claim_fence, suspension,
-                                invocation_id, work_owner, proof)
-  SELECT upd.id, :boundary_seq, t.tool_call_id, t.tool_name, t.tool_domain, t.args, t.args_digest,
-         t.status, t.result, t.result_digest, :fence, t.suspension, t.invocation_id, t.work_owner, t.proof
+  INSERT INTO tool_invocations (run_id, boundary_seq, claim_fence, {", ".join(_STORED_TOOL_FIELDS)})
+  SELECT upd.id, :boundary_seq, :fence, {", ".join(f"t.{name}" for name in _STORED_TOOL_FIELDS)}
   FROM upd, {_TOOL_COLUMNS}""",
 )
 
@@ -89,30 +102,20 @@ COMMIT_RESUME_SQL = _commit_sql(
 )
 
 
-@dataclass(frozen=True)
-class RoundRecord:
-    """One round, ready to store: plain JSON-able values."""
+def _tool_row(tool: ToolInvocationRecord) -> dict[str, Any]:
+    return {f.name: getattr(tool, f.name) for f in _TOOL_FIELDS}
 
-    run_id: UUID
-    boundary_seq: int
-    fence: int
-    outcome: str  # continue | finish | fail | suspend
-    status: str  # the run's status after the round
-    terminal: bool
-    output: str | None
-    error_code: str | None
-    error_message: str | None
-    system_digest: str
-    messages_digest: str
-    tools_digest: str
-    accepted_response_digest: str | None
-    tool_fingerprint: str | None
-    repeat_count: int
-    proof: str | None
-    resumed: bool  # True: completes the suspended round (COMMIT_RESUME_SQL)
-    messages: list[dict[str, Any]]  # {position, body, chain_digest}
-    tools: list[dict[str, Any]]  # tool_invocations columns
-    events: list[dict[str, Any]]  # {kind, data}
+
+def _message_row(message: MessageRecord) -> dict[str, Any]:
+    # A tool message is stored without its result: the result is stored once, in the
+    # call's tool_invocations row (schema.store.bodies).
+    body = without_result(message.body) if message.body.get("role") == "tool" else message.body
+    return {"position": message.position, "body": body, "chain_digest": message.chain_digest}
+
+
+def _event_row(event: EventRecord) -> dict[str, Any]:
+    data = without_result(event.data) if event.kind == EventKind.TOOL_COMPLETED else event.data
+    return {"kind": str(event.kind), "data": data}
 
 
 def commit_round_txn(conn: Connection, record: RoundRecord) -> UUID | None:
@@ -122,12 +125,12 @@ def commit_round_txn(conn: Connection, record: RoundRecord) -> UUID | None:
             "run_id": record.run_id,
             "fence": record.fence,
             "boundary_seq": record.boundary_seq,
-            "status": record.status,
+            "status": str(record.status),
             "terminal": record.terminal,
             "output": record.output,
             "error_code": record.error_code,
             "error_message": record.error_message,
-            "outcome": record.outcome,
+            "outcome": str(record.outcome),
             "system_digest": record.system_digest,
             "messages_digest": record.messages_digest,
             "tools_digest": record.tools_digest,
@@ -135,9 +138,9 @@ def commit_round_txn(conn: Connection, record: RoundRecord) -> UUID | None:
             "tool_fingerprint": record.tool_fingerprint,
             "repeat_count": record.repeat_count,
             "proof": record.proof,
-            "messages": json.dumps(record.messages),
-            "tools": json.dumps(record.tools),
-            "events": json.dumps(record.events),
+            "messages": json.dumps([_message_row(m) for m in record.messages]),
+            "tools": json.dumps([_tool_row(t) for t in record.tools]),
+            "events": json.dumps([_event_row(e) for e in record.events]),
             "n_events": len(record.events),
         },
     ).one_or_none()

@@ -20,38 +20,6 @@ from schema.wire import RunRequest, RunStatus, RunView
 
 
 @dataclass(frozen=True)
-class Checkpoint:
-    """Where the run's model context starts (advanced by a context rebuild)."""
-
-    context_start: int
-    summary: str | None
-    last_build_id: UUID | None
-    chain_anchor: int | None
-
-
-@dataclass(frozen=True)
-class Claim:
-    run_id: UUID
-    root_id: UUID
-    owner: str
-    fence: int
-    boundary_seq: int
-    attempt: int  # this execution's number: 1 + earlier executions of the round that failed
-    claims: int  # claims at this boundary, this one included
-    input: str | None  # only on a cold claim
-    config: dict[str, Any] | None  # only on a cold claim
-    # (position, body, durable read bodies by path or None), committed since after_position
-    new_messages: list[tuple[int, dict[str, Any], dict[str, str] | None]]
-    previous_fingerprint: str | None  # the previous round's breaker state
-    previous_repeat_count: int
-    previous_round: dict[str, Any] | None  # the previous round's projection fields and proof
-    checkpoint: Checkpoint
-
-
-# --- submit -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
 class Submitted:
     run_id: UUID
     root_id: UUID

@@ -17,10 +17,11 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
-from runtime.errors import AidaworkError
 from schema.store.errors import RunNotFound
 from schema.store.tx import run_transaction
 from schema.wire import OriginalToolRoundResume, WaitingFor
+from schema.wire.claim import StoredRound
+from schema.wire.errors import AidaworkError
 
 
 class DeliveryRefused(AidaworkError):
@@ -292,15 +293,25 @@ def pending_resumes(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResum
 
 
 @dataclass(frozen=True)
+class SuspendedCall:
+    """A suspended tool call as stored, with the resume its stored projection makes."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    suspension: dict[str, Any]  # what it waits for (runtime.tools.ToolSuspension.to_json)
+    resume: OriginalToolRoundResume
+
+
+@dataclass(frozen=True)
 class SuspensionMaterial:
     """What a resume needs, read before it claims: the suspended round's digests, its
     suspended calls (with their stored projections) and the inputs delivered."""
 
     run_id: UUID
-    run_status: str
     boundary_seq: int
-    digests: dict[str, Any]  # the suspended round's claim_fence, proof and four digests
-    calls: list[dict[str, Any]]
+    round: StoredRound  # the suspended round's fence, four digests and proof
+    calls: list[SuspendedCall]
     files: dict[str, dict[str, dict[str, Any]]]  # tool_call_id -> path -> {content, digest, size_bytes}
     prerequisites: dict[str, Any]
 
@@ -315,7 +326,7 @@ def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMater
     run_id, boundary_seq = found.run_id, found.boundary_seq
     run = conn.execute(
         text(
-            "SELECT r.status, rd.claim_fence, rd.proof, rd.system_digest, rd.messages_digest, rd.tools_digest, "
+            "SELECT rd.claim_fence, rd.proof, rd.system_digest, rd.messages_digest, rd.tools_digest, "
             "rd.accepted_response_digest "
             "FROM runs r JOIN rounds rd ON rd.run_id = r.id AND rd.boundary_seq = :b AND rd.outcome = 'suspend' "
             "WHERE r.id = :id AND r.boundary_seq = :b"
@@ -325,7 +336,8 @@ def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMater
     if run is None:
         return None
     calls = [
-        {**row._mapping, "resume": _resume_of(run_id, boundary_seq, row)} for row in _suspended_calls(conn, run_id)
+        SuspendedCall(row.tool_call_id, row.tool_name, row.args, row.suspension, _resume_of(run_id, boundary_seq, row))
+        for row in _suspended_calls(conn, run_id)
     ]
     files: dict[str, dict[str, dict[str, Any]]] = {}
     for row in conn.execute(
@@ -340,8 +352,7 @@ def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMater
     prerequisites: dict[str, Any] = dict(
         conn.execute(text("SELECT key, value FROM prerequisites WHERE run_id = :id"), {"id": run_id}).all()
     )
-    digests = {k: v for k, v in run._mapping.items() if k != "status"}
-    return SuspensionMaterial(run_id, run.status, boundary_seq, digests, calls, files, prerequisites)
+    return SuspensionMaterial(run_id, boundary_seq, StoredRound(**run._mapping), calls, files, prerequisites)
 
 
 def load_suspension(engine: Engine, invocation_id: str) -> SuspensionMaterial | None:

@@ -1,5 +1,10 @@
 """Pydantic models that cross a process or database boundary: the run request, the
-round task payload, events and the status view. Frozen, extra fields forbidden."""
+round task payload, events and the status view. Frozen, extra fields forbidden.
+
+The bottom layer: ``runtime`` and ``schema.store`` both import it, it imports neither.
+Its modules hold what both sides share: ``errors`` (the error base), ``vocab`` (the
+enums the tables' CHECKs are built from), ``claim`` (what a claim returns), ``record``
+(a round as the store takes it), ``rebuild`` (a context rebuild's values), ``retry``."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from runtime.errors import ModelUnavailable
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store.errors import FenceLost
-from schema.store.runs import Claim
 from schema.wire import RoundTask
+from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import HOLDER, claim, expire_lease, record, start_execution, submit
 from worker.round import ROUND_ATTEMPTS_EXHAUSTED, RoundDisposition, execute_round, round_at_fault

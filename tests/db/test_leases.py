@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
-from schema.store.runs import Claim
+from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import claim, expire_lease, record, submit
 from tests.support.wait import wait_until

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost
-from schema.store.runs import Claim
+from schema.wire.claim import Claim
 from tests.support.db import rows
 from tests.support.store import claim, expire_lease, submit
 

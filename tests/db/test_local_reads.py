@@ -36,11 +36,11 @@ def test_delivered_file_bodies_live_in_local_reads_only_and_the_model_still_sees
     run_id = suspended_run(ctx, READ_ONE, ["read_files"])
     receipt = client.deliver(run_id, "call_0_0", {"notes/a.txt": secret_body}, ctx=ctx)
     assert execute_resume(ctx, receipt.resumes) is RoundDisposition.COMMITTED
-    warm = ctx.runtime.memory.get(run_id)
+    warm = ctx.runtime.contexts.get(run_id)
     assert warm is not None
 
     # Round 1 on a cold worker: the claim joins the bodies in from the durable store.
-    ctx.runtime.memory.discard(run_id)
+    ctx.runtime.contexts.discard(run_id)
     claim = claim_store.claim_round(ctx.engine, run_id, 1, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
     assert claim is not None
     seen: dict[str, Any] = {}

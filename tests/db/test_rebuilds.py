@@ -17,14 +17,16 @@ from runtime.rebuild import (
     RebuildPredecessorMismatch,
     RebuildSourceChanged,
     deterministic_summary,
+    plan_reservation,
     prepare_model_rebuild_candidate,
+    verify_prepared_prefix,
 )
 from schema.store import claims as claim_store
 from schema.store import rebuilds as rebuild_store
 from schema.store.errors import FenceLost
-from schema.store.runs import Claim
 from schema.store.tx import RETRYABLE_SQLSTATES, sqlstate_of
 from schema.wire import RoundTask
+from schema.wire.claim import Claim
 from tests.support.db import rows
 from tests.support.requests import scripted_request
 from tests.support.store import HOLDER
@@ -59,6 +61,7 @@ def reserve(ctx: Any, claim: Claim, predecessor: UUID | None = None, fence: int 
         boundary_seq=claim.boundary_seq,
         chain_anchor=anchor(ctx, claim),
         predecessor_build_id=predecessor,
+        plan_reservation=plan_reservation,
     )
 
 
@@ -83,6 +86,7 @@ def admit(ctx: Any, claim: Claim, build_id: UUID, cand: RebuildCandidate, **kwar
         context_start=0,
         candidate=cand,
         authorize=kwargs.pop("authorize", lambda fence: None),
+        verify_prefix=verify_prepared_prefix,
         **kwargs,
     )
 

@@ -94,7 +94,7 @@ def test_a_result_whose_projection_this_process_did_not_issue_is_not_recorded(ct
         proofs.verify_round(tampered.projection)
         for inv in tampered.tool_invocations:
             assert proofs.verifies("tool_call", inv.projection.fields(), inv.projection.proof)
-        round_mod._record(ctx, claim, seen["genuine"])  # the genuine result would have been recorded
+        round_mod.record_of(ctx, claim, seen["genuine"])  # the genuine result would have been recorded
 
         after = snapshot(ctx)
         for name in ("rounds", "tool_invocations", "messages", "run_events", "local_reads"):
@@ -113,7 +113,7 @@ def _round_1_after_tampering(ctx: Any, assignment: str | None) -> tuple[Any, dic
     if assignment is not None:
         with ctx.engine.begin() as conn:
             conn.execute(text(f"UPDATE rounds SET {assignment} WHERE run_id = :id"), {"id": run_id})
-    ctx.runtime.memory.discard(run_id)
+    ctx.runtime.contexts.discard(run_id)
     disposition = execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=1))
     calls = rows(ctx.engine, "SELECT boundary_seq FROM model_calls WHERE run_id = :id ORDER BY id", id=run_id)
     rounds = rows(ctx.engine, "SELECT boundary_seq FROM rounds WHERE run_id = :id ORDER BY boundary_seq", id=run_id)

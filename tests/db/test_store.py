@@ -13,8 +13,8 @@ from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost, RootNotFound
-from schema.store.runs import Claim
 from schema.store.tx import run_transaction
+from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import HOLDER, claim, expire_lease, record, submit
 
@@ -129,7 +129,7 @@ def test_later_run_of_a_root_waits_for_the_earlier_one(engine: Engine) -> None:
     c2 = claim_store.claim_round(
         engine, second.run_id, 0, lease_s=30, after_position=0, cold=False, holder=HOLDER
     )
-    assert c2 is not None and [p for p, _, _ in c2.new_messages] == [1]
+    assert c2 is not None and [m.position for m in c2.new_messages] == [1]
     assert c2.input is None and c2.config is None  # warm claims do not ship the config again
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, text
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
 from schema.store import workers as worker_store
-from schema.store.runs import Claim
+from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import HOLDER, claim, expire_lease, record, start_execution, submit
 from worker.leases import LeaseKeeper

@@ -12,22 +12,22 @@ from runtime.prepare import prepare_execution
 from schema.store import claims as claim_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
-from schema.store.rounds import RoundRecord
-from schema.store.runs import Claim, Submitted
+from schema.store.runs import Submitted
+from schema.wire import RunStatus
+from schema.wire.claim import Claim
+from schema.wire.record import EventRecord, MessageRecord, RoundRecord
+from schema.wire.vocab import RoundOutcomeKind
 from tests.support.requests import scripted_request
 
 RUNTIME = build_runtime()
 
 
-
 HOLDER = UUID(int=1)  # the worker process the tests' claims name: registered nowhere, alive or dead
-
 
 
 def submit(engine: Engine, **kwargs: Any) -> Submitted:
     request, prepared = prepare_execution(RUNTIME, scripted_request([{"content": "done"}], **kwargs))
     return run_store.submit_run(engine, request, prepared.turn_config.model_dump(mode="json"))
-
 
 
 def claim(
@@ -38,7 +38,6 @@ def claim(
     )
 
 
-
 def expire_lease(engine: Engine, run_id: UUID) -> None:
     with engine.begin() as conn:
         conn.execute(
@@ -46,18 +45,17 @@ def expire_lease(engine: Engine, run_id: UUID) -> None:
         )
 
 
-
 def record(c: Claim, *, outcome: str = "finish", status: str = "completed") -> RoundRecord:
     return RoundRecord(
-        run_id=c.run_id, boundary_seq=c.boundary_seq, fence=c.fence, outcome=outcome, status=status,
-        terminal=status in ("completed", "failed"), output="done" if status == "completed" else None,
+        run_id=c.run_id, boundary_seq=c.boundary_seq, fence=c.fence, outcome=RoundOutcomeKind(outcome),
+        status=RunStatus(status), output="done" if status == "completed" else None,
         error_code=None, error_message=None, system_digest="s", messages_digest="m", tools_digest="t",
         accepted_response_digest="r", tool_fingerprint=None, repeat_count=0, proof="p", resumed=False,
-        messages=[
-            {"position": 0, "body": {"role": "user", "content": "go"}, "chain_digest": "d0"},
-            {"position": 1, "body": {"role": "assistant", "content": "done"}, "chain_digest": "d1"},
-        ],
-        tools=[], events=[{"kind": "run_completed", "data": {"output": "done"}}],
+        messages=(
+            MessageRecord(0, {"role": "user", "content": "go"}, "d0"),
+            MessageRecord(1, {"role": "assistant", "content": "done"}, "d1"),
+        ),
+        tools=(), events=(EventRecord("run_completed", {"output": "done"}),),
     )
 
 

@@ -19,10 +19,11 @@ from uuid import UUID
 
 from runtime.canonical import chain_digest, digest
 from runtime.deps import build_runtime
-from runtime.loop import RunState, drive_react_loop
+from runtime.loop import drive_react_loop
 from runtime.outcomes import RoundResult
 from runtime.prepare import prepare_execution
 from runtime.proofs import ProofAuthority
+from runtime.state import RunState
 
 SECRET = b"golden-transcript-secret-0123456789"
 RUN_ID = UUID("00000000-0000-4000-8000-00000000a1da")

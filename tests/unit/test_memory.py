@@ -1,23 +1,23 @@
-"""ContextCache (bounded LRU of RunMemory) and RunMemory.extended."""
+"""ContextCache (bounded LRU of RunState) and RunState.extended."""
 
 from __future__ import annotations
 
 import uuid
 
 from runtime.canonical import chain_digest
-from runtime.memory import ContextCache, RunMemory
+from runtime.memory import ContextCache
 from runtime.messages import Message, user_message
+from runtime.state import RunState
 
 
-def memory(run_id: uuid.UUID | None = None, *, n: int = 1, last_position: int | None = None) -> RunMemory:
+def memory(run_id: uuid.UUID | None = None, *, n: int = 1, last_position: int | None = None) -> RunState:
     history = tuple(user_message(f"m{i}") for i in range(n))
     digest = ""
     for m in history:
         digest = chain_digest(digest, m.to_json())
-    return RunMemory(
+    return RunState(
         run_id=run_id or uuid.uuid4(),
         input="go",
-        prepared=None,
         history=history,
         last_position=n - 1 if last_position is None else last_position,
         history_digest=digest,
@@ -128,7 +128,7 @@ def test_extended_appends_messages_and_takes_the_new_position_and_digest() -> No
     assert grown.history == base.history + new
     assert grown.last_position == 9
     assert grown.history_digest == digest
-    assert (grown.run_id, grown.input, grown.prepared) == (base.run_id, base.input, base.prepared)
+    assert (grown.run_id, grown.input, grown.deps) == (base.run_id, base.input, base.deps)
     # The original is untouched (frozen).
     assert len(base.history) == 2 and base.last_position == 1
 

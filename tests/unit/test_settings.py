@@ -77,10 +77,10 @@ def test_unknown_failpoint_error_names_the_variable(monkeypatch: pytest.MonkeyPa
 
 
 def test_known_failpoints_are_parsed_from_a_comma_separated_list(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIDAWORK_FAILPOINTS", " after_commit , in_tool,,")
+    monkeypatch.setenv("AIDAWORK_FAILPOINTS", " after_commit , after_claim,,")
 
-    assert load_settings().failpoint_set == frozenset({"after_commit", "in_tool"})
-    assert frozenset({"after_commit", "in_tool"}) <= FAILPOINTS
+    assert load_settings().failpoint_set == frozenset({"after_commit", "after_claim"})
+    assert frozenset({"after_commit", "after_claim"}) <= FAILPOINTS
 
 
 def test_a_failpoint_may_be_scoped_to_one_owners_runs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,28 @@
+"""OrchestratorDeps: everything one run's rounds consume, composed once per run from the
+process's base deps and the run's config (``runtime.deps.compose_deps``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.config import Policy
+from runtime.models.base import ModelClient
+from runtime.proofs import ProofAuthority
+from runtime.tools import Tool
+
+
+@dataclass(frozen=True)
+class OrchestratorDeps:
+    """Everything ``drive_react_loop`` consumes for one run: model, tools, prompt, policy,
+    and the digests of the prompt and tool set (fixed for the run, computed once)."""
+
+    model: ModelClient
+    tools: Mapping[str, Tool]
+    system_prompt: str
+    policy: Policy
+    tool_specs: tuple[dict[str, Any], ...]
+    system_digest: str
+    tools_digest: str
+    proofs: ProofAuthority

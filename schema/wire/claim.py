@@ -1,0 +1,60 @@
+"""What a claim hands the worker: the run's position, the messages its cache lacks, and
+the previous round as stored (breaker state, projection fields and proof). Built by the
+store (``schema.store.runs.claim_round``), consumed by the worker and the core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where the run's model context starts (advanced by a context rebuild)."""
+
+    context_start: int
+    summary: str | None
+    last_build_id: UUID | None
+    chain_anchor: int | None
+
+
+@dataclass(frozen=True)
+class LoadedMessage:
+    """A committed message of the Root as stored (``messages.body``), with the bodies of
+    its durable local reads by path when it is a ``read_files`` result."""
+
+    position: int
+    body: dict[str, Any]
+    reads: dict[str, str] | None
+
+
+@dataclass(frozen=True)
+class StoredRound:
+    """A stored round's projection fields (without run and boundary, which name the row)
+    and its proof, as ``runtime.proofs`` verifies them."""
+
+    claim_fence: int
+    system_digest: str
+    messages_digest: str
+    tools_digest: str
+    accepted_response_digest: str | None
+    proof: str | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: UUID
+    root_id: UUID
+    owner: str
+    fence: int
+    boundary_seq: int
+    attempt: int  # this execution's number: 1 + earlier executions of the round that failed
+    claims: int  # claims at this boundary, this one included
+    input: str | None  # only on a cold claim
+    config: dict[str, Any] | None  # only on a cold claim
+    new_messages: tuple[LoadedMessage, ...]  # committed since the caller's after_position
+    previous_fingerprint: str | None  # the previous round's breaker state
+    previous_repeat_count: int
+    previous_round: StoredRound | None
+    checkpoint: Checkpoint

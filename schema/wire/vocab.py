@@ -1,0 +1,36 @@
+"""The vocabularies shared by the core and the tables: one ``StrEnum`` each, and the
+tables' CHECK constraints are built from them (``schema.tables``)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RoundOutcomeKind(StrEnum):
+    """What a committed round led to (``rounds.outcome``)."""
+
+    CONTINUE = "continue"
+    FINISH = "finish"
+    FAIL = "fail"
+    SUSPEND = "suspend"
+
+
+class MessageRole(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ToolStatus(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SUSPENDED = "suspended"
+
+
+class ToolDomain(StrEnum):
+    """Where a tool runs: on the server (``sdk``) or on the user's side (the others)."""
+
+    SDK = "sdk"
+    LOCAL = "local"
+    DESKTOP = "desktop"
+    PLUGIN = "plugin"

@@ -96,12 +96,6 @@ class ProofAuthority:
         # Bytes: compare_digest refuses str with non-ASCII characters (a forged proof may have them).
         return hmac.compare_digest(self.sign(kind, fields).encode(), proof.encode("utf-8", "surrogatepass"))
 
-    def verify_round(self, projection: OwnedRoundProjection) -> None:
-        if not self.verifies("round", projection.fields(), projection.proof):
-            raise ProjectionRefused(
-                f"run {projection.run_id} round {projection.boundary_seq}: the round proof does not verify"
-            )
-
     def verifies_stored_round(self, run_id: UUID, boundary_seq: int, stored: StoredRound) -> bool:
         """Whether a round row as stored carries the proof its driver issued: a row
         altered or written by anyone without the server secret does not verify. Checked

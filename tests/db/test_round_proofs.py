@@ -91,7 +91,7 @@ def test_a_result_whose_projection_this_process_did_not_issue_is_not_recorded(ct
 
         tampered = seen["tampered"]
         # The copies carry valid proofs: only their provenance is wrong.
-        proofs.verify_round(tampered.projection)
+        assert proofs.verifies("round", tampered.projection.fields(), tampered.projection.proof)
         for inv in tampered.tool_invocations:
             assert proofs.verifies("tool_call", inv.projection.fields(), inv.projection.proof)
         round_mod.record_of(ctx, claim, seen["genuine"])  # the genuine result would have been recorded

@@ -16,11 +16,13 @@ from uuid import UUID, uuid4
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from runtime.prepare import prepare_execution
-from schema.wire import OriginalToolRoundResume
+from schema.wire import OriginalToolRoundResume, RoundTask
 from tests.support.memory_store import InMemoryStore
 from tests.support.requests import scripted_request
 from worker.bootstrap import WorkerContext
 from worker.client_context import runtime_for
+from worker.resume import execute_resume
+from worker.round import execute_round
 from worker.settings import Settings
 
 
@@ -113,6 +115,20 @@ class Shell:
         """Store a run as ``worker.client.submit`` would (validated), without sending."""
         request, prepared = prepare_execution(self.ctx.runtime, scripted_request(turns, **kwargs))
         return self.store.submit_run(request, prepared.turn_config.model_dump(mode="json")).run_id
+
+    def deliver_sent(self, *, max_tasks: int = 50) -> list[str]:
+        """Execute every task sent (and those they send) in order, as workers would; the
+        dispositions, in order."""
+        done: list[str] = []
+        while self.dispatch.sent:
+            assert len(done) < max_tasks, f"still sending tasks after {max_tasks}: {self.dispatch.sent}"
+            task = self.dispatch.sent.pop(0)
+            if task.kind == "round":
+                disposition = execute_round(self.ctx, RoundTask(run_id=task.run_id, boundary_seq=task.boundary_seq))
+            else:
+                disposition = execute_resume(self.ctx, list(task.resumes))
+            done.append(disposition.value)
+        return done
 
 
 def shell(**settings: Any) -> Shell:

@@ -19,7 +19,7 @@ from schema.store import runs as run_store
 from schema.store.errors import FenceLost
 from schema.store.runs import Submitted
 from schema.store.store import Store
-from schema.wire import RunRequest
+from schema.wire import RoundTask, RunRequest
 from schema.wire.claim import Claim
 from tests.support.db import run_row
 from tests.support.memory_store import InMemoryStore
@@ -155,3 +155,89 @@ def test_the_double_has_every_method_of_the_store_with_its_signature() -> None:
         double = getattr(InMemoryStore, name, None)
         assert double is not None, f"InMemoryStore lacks Store.{name}"
         assert inspect.signature(double) == inspect.signature(method), name
+
+
+READ_ONE = [{"tool_calls": [{"name": "read_files", "args": {"paths": ["notes/a.txt"]}}]}, {"content": "read"}]
+AWAIT = {"tool_calls": [{"name": "await_prerequisite", "args": {"key": "approval"}}]}
+TURNS = [*READ_ONE[:1], AWAIT, AWAIT, {"content": "done"}]
+
+
+def shell_flow(
+    ctx: Any, submit: Callable[[], UUID], deliver: Callable[..., Any], resolve: Callable[..., Any],
+    observe: Callable[[UUID], Any],
+) -> list[Any]:
+    """The worker shell (real round and resume code) through a suspension on a file, one on
+    a prerequisite and one whose input is already there; what is stored after each step."""
+    from worker.resume import execute_resume
+    from worker.round import execute_round
+
+    run_id, seen = submit(), []
+
+    def step(name: str, disposition: Any) -> None:
+        seen.append((name, getattr(disposition, "value", disposition), observe(run_id)))
+
+    step("round 0 suspends", execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=0)))
+    receipt = deliver(run_id, "call_0_0", {"notes/a.txt": "alpha"})
+    step("file delivered", len(receipt.resumes))
+    step("resumed", execute_resume(ctx, receipt.resumes))
+    step("round 1 suspends", execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=1)))
+    receipt = resolve(run_id, "approval", "yes")
+    step("resolved", execute_resume(ctx, receipt.resumes))
+    step("round 2 suspends, ready at once", execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=2)))
+    step("resumed again", execute_resume(ctx, _pending(ctx, run_id)))
+    step("finished", execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=3)))
+    return seen
+
+
+def _pending(ctx: Any, run_id: UUID) -> Any:
+    store = ctx.store
+    if isinstance(store, InMemoryStore):
+        return store.pending_resumes(run_id)
+    from schema.store.suspensions import pending_resumes
+
+    return pending_resumes(ctx.engine, run_id)
+
+
+def test_the_shell_stores_the_same_on_the_double_as_on_postgresql(ctx: Any) -> None:
+    from tests.support.db import rows
+    from tests.support.shell import shell
+    from worker import client
+
+    def observe_real(run_id: UUID) -> Any:
+        r = run_row(ctx.engine, run_id)
+        q = "SELECT {} FROM {} WHERE run_id = :id ORDER BY {}"
+        return (
+            {k: r[k] for k in (*RUN_FIELDS, "output")},
+            [(t["tool_call_id"], t["status"], t["result"]) for t in rows(
+                ctx.engine, q.format("tool_call_id, status, result", "tool_invocations", "id"), id=run_id)],
+            [(x["boundary_seq"], x["outcome"]) for x in rows(
+                ctx.engine, q.format("boundary_seq, outcome", "rounds", "boundary_seq"), id=run_id)],
+            [(e["seq"], e["kind"]) for e in rows(ctx.engine, q.format("seq, kind", "run_events", "seq"), id=run_id)],
+            [(c["boundary_seq"], c["attempt"], c["claim_fence"], c["status"]) for c in rows(
+                ctx.engine, q.format("boundary_seq, attempt, claim_fence, status", "model_calls", "id"), id=run_id)],
+        )
+
+    s = shell()
+
+    def observe_memory(run_id: UUID) -> Any:
+        r = vars(s.store.run(run_id))
+        return (
+            {k: r[k] for k in (*RUN_FIELDS, "output")},
+            [(t["tool_call_id"], t["status"], t["result"]) for t in s.store.tool_invocations],
+            sorted((b, x["outcome"]) for (_, b), x in s.store.rounds.items()),
+            [(e["seq"], e["kind"]) for e in s.store.events],
+            [(c["boundary_seq"], c["attempt"], c["claim_fence"], c["status"]) for c in s.store.model_calls],
+        )
+
+    tools = ["read_files", "await_prerequisite"]
+    expected = shell_flow(
+        ctx,
+        lambda: client.submit(scripted_request(TURNS, tools=tools), ctx=ctx).run_id,
+        lambda *a: client.deliver(*a, ctx=ctx),
+        lambda *a: client.resolve(*a, ctx=ctx),
+        observe_real,
+    )
+    got = shell_flow(s.ctx, lambda: s.submit(TURNS, tools=tools), s.store.deliver_local_read,
+                     s.store.resolve_prerequisite, observe_memory)
+    for want, have in zip(expected, got, strict=True):
+        assert have == want, f"step {want[0]!r}"

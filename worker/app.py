@@ -32,9 +32,8 @@ from uuid import UUID
 
 import structlog
 from celery import Celery
-from sqlalchemy import Engine
 
-from schema.store.leases import dispatch_failed
+from schema.store.store import Store
 from schema.wire import OriginalToolRoundResume
 from worker.settings import Settings, get_settings
 
@@ -146,17 +145,7 @@ class Dispatcher:
         )
 
 
-def dispatch_round(run_id: UUID, boundary_seq: int) -> None:
-    """``Dispatcher.round`` on this process's app (``get_app``)."""
-    Dispatcher(get_app()).round(run_id, boundary_seq)
-
-
-def dispatch_resume(resumes: Sequence[OriginalToolRoundResume]) -> None:
-    """``Dispatcher.resume`` on this process's app (``get_app``)."""
-    Dispatcher(get_app()).resume(resumes)
-
-
-def send_or_defer(engine: Engine, run_id: UUID, send: Callable[[], None]) -> bool:
+def send_or_defer(store: Store, run_id: UUID, send: Callable[[], None]) -> bool:
     """Send a task whose state is committed; if the broker stays unreachable past the
     publish retries, make the run due for the reconciler's next pass instead of failing
     (failing would only redo a round that is already committed)."""
@@ -165,5 +154,5 @@ def send_or_defer(engine: Engine, run_id: UUID, send: Callable[[], None]) -> boo
         return True
     except Exception as exc:
         log.warning("dispatch_deferred", run_id=str(run_id), error=type(exc).__name__)
-        dispatch_failed(engine, run_id)
+        store.dispatch_failed(run_id)
         return False

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from schema.store.store import Store
 from worker.app import Dispatcher, app_for
 from worker.client_context import ClientContext, engine_for, pool_size_for, runtime_for
 from worker.leases import LeaseKeeper
@@ -45,6 +46,7 @@ def build_context(settings: Settings, threads: int | None = None) -> WorkerConte
     return WorkerContext(
         settings=settings,
         engine=engine,
+        store=Store(engine),
         runtime=runtime_for(settings),
         dispatch=Dispatcher(app_for(settings)),
         leases=LeaseKeeper(engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s),

@@ -40,7 +40,7 @@ def submit(request: Mapping[str, Any] | RunRequest, *, ctx: ClientContext | None
     parsed, prepared = prepare_execution(ctx.runtime, request)
     submitted = run_store.submit_run(ctx.engine, parsed, prepared.turn_config.model_dump(mode="json"))
     # The run is durable: if the broker is down, the reconciler sends it once it is back.
-    send_or_defer(ctx.engine, submitted.run_id, lambda: ctx.dispatch.round(submitted.run_id, 0))
+    send_or_defer(ctx.store, submitted.run_id, lambda: ctx.dispatch.round(submitted.run_id, 0))
     return submitted
 
 

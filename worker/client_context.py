@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 
 from runtime.deps import DEV_SECRET, Runtime, build_runtime
 from runtime.models.keys import ModelKeys, NamedKey
+from schema.store.store import Store
 from schema.store.tx import make_engine
 from worker.app import Dispatcher, app_for
 from worker.logging import configure_logging
@@ -30,6 +31,7 @@ from worker.settings import Settings, get_settings
 class ClientContext:
     settings: Settings
     engine: Engine
+    store: Store  # the store operations on ``engine`` (what the worker shell calls)
     runtime: Runtime
     dispatch: Dispatcher
 
@@ -67,9 +69,11 @@ def runtime_for(settings: Settings) -> Runtime:
 
 
 def build_client_context(settings: Settings) -> ClientContext:
+    engine = engine_for(settings)
     return ClientContext(
         settings=settings,
-        engine=engine_for(settings),
+        engine=engine,
+        store=Store(engine),
         runtime=runtime_for(settings),
         dispatch=Dispatcher(app_for(settings)),
     )

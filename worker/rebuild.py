@@ -34,7 +34,6 @@ from runtime.rebuild import (
     with_previous,
 )
 from runtime.state import RunState
-from schema.store import rebuilds as rebuild_store
 from schema.wire.claim import Claim
 from worker.bootstrap import WorkerContext
 
@@ -48,8 +47,7 @@ def rebuild_context(
 ) -> RunState:
     anchor = state.last_position
     predecessor = state.last_build_id if state.chain_anchor == anchor else None
-    reservation = rebuild_store.reserve_model_rebuild(
-        ctx.engine,
+    reservation = ctx.store.reserve_model_rebuild(
         run_id=claim.run_id,
         fence=claim.fence,
         boundary_seq=claim.boundary_seq,
@@ -62,9 +60,9 @@ def rebuild_context(
     if deps.policy.context_summarizer == "model":
         summarizer = model_summarizer(deps.model, hooks, state.summary)
     for attempt in range(1, MAX_PREPARES + 1):
-        sources = rebuild_store.load_context_sources(ctx.engine, claim.root_id, state.context_start)
+        sources = ctx.store.load_context_sources(claim.root_id, state.context_start)
         candidate = prepare_model_rebuild_candidate(sources, summarizer, reservation.ordinal)
-        rebuild_store.record_candidate(ctx.engine, reservation.build_id, claim.run_id, claim.fence, candidate)
+        ctx.store.record_candidate(reservation.build_id, claim.run_id, claim.fence, candidate)
         try:
             _admit(ctx, claim, state, reservation.build_id, anchor, candidate)
             break
@@ -106,8 +104,7 @@ def _admit(
                 f"run {claim.run_id}: the rebuild request is not authorized under fence {current_fence}"
             )
 
-    rebuild_store.admit_model_rebuild_request(
-        ctx.engine,
+    ctx.store.admit_model_rebuild_request(
         build_id=build_id,
         run_id=claim.run_id,
         fence=claim.fence,

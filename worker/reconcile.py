@@ -49,14 +49,14 @@ def reconcile(ctx: WorkerContext) -> int:
     for run_id, boundary_seq, resume in due:
         resumes = pending_resumes(ctx.engine, run_id) if resume else []
         if resumes:
-            send_or_defer(ctx.engine, run_id, partial(ctx.dispatch.resume, resumes))
+            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes))
         else:
-            send_or_defer(ctx.engine, run_id, partial(ctx.dispatch.round, run_id, boundary_seq))
+            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.round, run_id, boundary_seq))
         log.info("run_redispatched", run_id=str(run_id), boundary_seq=boundary_seq, resume=resume)
     for run_id in suspended_with_all_inputs(ctx.engine):
         resumes = resume_if_ready(ctx.engine, run_id)
         if resumes:
-            send_or_defer(ctx.engine, run_id, partial(ctx.dispatch.resume, resumes))
+            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes))
             log.info("run_redispatched", run_id=str(run_id), resume=True)
     forget_old_workers(ctx.engine)
     return len(due)

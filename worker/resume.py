@@ -21,8 +21,7 @@ from runtime.outcomes import RoundDigests
 from runtime.prepare import invalid_from
 from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
 from runtime.tools import LocalFile, ToolInputs, ToolSuspension
-from schema.store import claims as claim_store
-from schema.store.suspensions import SuspendedCall, SuspensionMaterial, load_suspension
+from schema.store.suspensions import SuspendedCall, SuspensionMaterial
 from schema.wire import OriginalToolRoundResume
 from worker.bootstrap import WorkerContext
 from worker.round import RoundDisposition, log_refused_claim, run_claimed
@@ -46,7 +45,7 @@ def parse_resumes(payload: object) -> list[OriginalToolRoundResume]:
 def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -> RoundDisposition:
     if not resumes or len({(r.run_id, r.boundary_seq) for r in resumes}) != 1:
         raise ResumeRefused(resumes[0].run_id if resumes else UUID(int=0), "resumes", "one run and round per resume")
-    material = load_suspension(ctx.engine, resumes[0].invocation_id)
+    material = ctx.store.load_suspension(resumes[0].invocation_id)
     if material is None:
         raise ResumeRefused(resumes[0].run_id, "invocation_id", "no suspended tool call has this invocation id")
     run_id, boundary_seq = material.run_id, material.boundary_seq
@@ -58,8 +57,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
         raise ResumeRefused(run_id, "round_proof", "the suspended round's stored proof does not verify")
 
     cached = ctx.runtime.contexts.get(run_id)
-    claim = claim_store.claim_round(
-        ctx.engine,
+    claim = ctx.store.claim_round(
         run_id,
         boundary_seq,
         lease_s=ctx.settings.lease_s,

@@ -31,11 +31,6 @@ from runtime.proofs import ROUND_PROOF_INVALID
 from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
 from runtime.record import round_record
 from runtime.state import RunState
-from schema.store import claims as claim_store
-from schema.store import leases as lease_store
-from schema.store import rounds as round_store
-from schema.store import runs as run_store
-from schema.store import suspensions as suspension_store
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
@@ -75,15 +70,14 @@ class LedgerHooks:
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         c = self._claim
-        self._call_id = round_store.record_model_call_started(
-            self._ctx.engine, c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest
+        self._call_id = self._ctx.store.record_model_call_started(
+            c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest
         )
         log.debug("model_called", messages=len(request.messages))
 
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
         assert self._call_id is not None
-        round_store.record_model_call_finished(
-            self._ctx.engine,
+        self._ctx.store.record_model_call_finished(
             self._call_id,
             self._claim.run_id,
             self._claim.fence,
@@ -97,8 +91,7 @@ class LedgerHooks:
 
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     cached = ctx.runtime.contexts.get(task.run_id)
-    claim = claim_store.claim_round(
-        ctx.engine,
+    claim = ctx.store.claim_round(
         task.run_id,
         task.boundary_seq,
         lease_s=ctx.settings.lease_s,
@@ -116,7 +109,7 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
 def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, resume: bool) -> None:
     """A refused claim of a run that has not ended is worth a warning: the run may be
     waiting for a lease to expire or for the reconciler."""
-    refusal = claim_store.explain_refused_claim(ctx.engine, run_id, boundary_seq, resume=resume)
+    refusal = ctx.store.explain_refused_claim(run_id, boundary_seq, resume=resume)
     emit = log.info if refusal.finished else log.warning
     emit("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
 
@@ -172,7 +165,7 @@ def run_claimed(ctx: WorkerContext, claim: Claim, cached: RunState | None, step:
             while isinstance(result.outcome, RebuildRequired):
                 state = rebuild_context(ctx, claim, state, deps, hooks)
                 result = step(deps, state, hooks)
-        next_run_id = round_store.commit_round(ctx.engine, record_of(ctx, claim, result))
+        next_run_id = ctx.store.commit_round(record_of(ctx, claim, result))
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message)
     except BaseException as exc:
@@ -181,7 +174,7 @@ def run_claimed(ctx: WorkerContext, claim: Claim, cached: RunState | None, step:
         # one that matters (it decides the retry), and the lease expires on its own.
         at_fault = round_at_fault(exc)
         try:
-            lease_store.release_lease(ctx.engine, claim.run_id, claim.fence, round_at_fault=at_fault)
+            ctx.store.release_lease(claim.run_id, claim.fence, round_at_fault=at_fault)
         except Exception as release_error:
             log.warning("lease_release_failed", error=type(release_error).__name__)
             if not at_fault:  # the retried task, if this process gets it, takes the claim back
@@ -211,13 +204,13 @@ def _after_commit(
     failpoints.hit("after_commit", owner=claim.owner)
 
     if isinstance(outcome, Continue):
-        send_or_defer(ctx.engine, claim.run_id, lambda: ctx.dispatch.round(claim.run_id, claim.boundary_seq + 1))
+        send_or_defer(ctx.store, claim.run_id, lambda: ctx.dispatch.round(claim.run_id, claim.boundary_seq + 1))
     elif isinstance(outcome, Suspend):
-        resumes = suspension_store.resume_if_ready(ctx.engine, claim.run_id)
+        resumes = ctx.store.resume_if_ready(claim.run_id)
         if resumes:
-            send_or_defer(ctx.engine, claim.run_id, lambda: ctx.dispatch.resume(resumes))
+            send_or_defer(ctx.store, claim.run_id, lambda: ctx.dispatch.resume(resumes))
     elif next_run_id is not None:
-        send_or_defer(ctx.engine, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0))
+        send_or_defer(ctx.store, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0))
     failpoints.hit("after_enqueue", owner=claim.owner)
     return RoundDisposition.COMMITTED
 
@@ -251,7 +244,7 @@ def _state_after_claim(ctx: WorkerContext, cached: RunState | None, claim: Claim
     new_messages = claim.new_messages
     if cached is not None and (cached.context_start, cached.summary) != (cp.context_start, cp.summary):
         # Another worker rebuilt the context since this process cached it: start over.
-        new_messages = claim_store.load_messages(ctx.engine, claim.root_id, cp.context_start)
+        new_messages = ctx.store.load_messages(claim.root_id, cp.context_start)
         cached = _empty_state(claim, cached.input, _deps(cached))
     if cached is None:
         assert claim.input is not None and claim.config is not None
@@ -282,7 +275,7 @@ def _empty_state(claim: Claim, text: str, deps: OrchestratorDeps) -> RunState:
 
 
 def _fail_run(ctx: WorkerContext, claim: Claim, code: str, message: str) -> RoundDisposition:
-    next_run_id = run_store.fail_claimed_run(ctx.engine, claim.run_id, claim.fence, code, message)
+    next_run_id = ctx.store.fail_claimed_run(claim.run_id, claim.fence, code, message)
     ctx.runtime.contexts.discard(claim.run_id)
     log.warning("run_failed", error_code=code, error_message=message)
     if next_run_id is not None:

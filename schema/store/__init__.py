@@ -2,6 +2,11 @@
 transaction (through ``tx.run_transaction``) around a module-level ``<verb>_txn(conn, ...)``
 that never commits, so a caller can compose several of them in one transaction of its own.
 
+- ``store``: ``Store``, the operations the worker shell uses (claim, ledger, commit,
+  release, fail, suspensions, rebuilds, dispatch_failed) bound to one engine; the worker's
+  contexts carry one as ``ctx.store``, and the unit tests put an in-memory double in its
+  place (``tests/support/memory_store.py``)
+
 - ``runs``: submit a run, end it outside a round (fail a held run, cancel), its view
 - ``claims``: the claim of a run for a round or a resume, and why a claim was refused
 - ``rounds``: the model-call ledger and the one-statement commit of a round

@@ -8,6 +8,10 @@ from ``conftest`` or from each other; the conftest files hold only fixtures.
 - ``fakes``: in-memory models, hooks, factories and the recording broker (no I/O).
 - ``providers``: a loopback HTTP server speaking the OpenAI and Anthropic wire formats.
 - ``db``: reading rows and waiting for them; ``store``: driving the store directly.
+- ``memory_store``: ``InMemoryStore``, the double of ``schema.store.store.Store`` over
+  dicts (parts in ``memory_state``, ``memory_suspensions``, ``memory_rebuilds``; kept honest
+  by tests/db/test_memory_store_parity.py); ``shell``: a worker
+  context on it, with a fake lease keeper and a fake dispatcher (the shell's unit tests).
 - ``suspensions``: runs suspended in-process, resumes altered, table snapshots.
 - ``cluster``, ``storm``, ``api``: real worker, beat and API processes (and the API in
   process, for the unit tests); ``shapes``: deeply nested JSON values.

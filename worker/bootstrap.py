@@ -4,17 +4,11 @@ The HTTP API and the client library never build one."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
-import structlog
-
-from schema.store.store import Store
-from worker.app import Dispatcher, app_for
-from worker.client_context import ClientContext, engine_for, pool_size_for, runtime_for
+from worker.client_context import ClientContext, ProcessContext, build_client_context, pool_size_for
 from worker.leases import LeaseKeeper
-from worker.logging import configure_logging
-from worker.settings import Settings, get_settings
+from worker.settings import Settings
 
 __all__ = ["WorkerContext", "build_context", "get_context", "pool_size_for", "set_process_threads"]
 
@@ -27,9 +21,7 @@ class WorkerContext(ClientContext):
     leases: LeaseKeeper
 
 
-_context: WorkerContext | None = None
 _threads: int | None = None
-_lock = threading.Lock()
 
 
 def set_process_threads(threads: int) -> None:
@@ -42,25 +34,14 @@ def set_process_threads(threads: int) -> None:
 def build_context(settings: Settings, threads: int | None = None) -> WorkerContext:
     """``threads``: how many rounds this process runs at once (a worker's --concurrency);
     AIDAWORK_WORKER_CONCURRENCY when not given."""
-    engine = engine_for(settings, threads)
-    return WorkerContext(
-        settings=settings,
-        engine=engine,
-        store=Store(engine),
-        runtime=runtime_for(settings),
-        dispatch=Dispatcher(app_for(settings)),
-        leases=LeaseKeeper(engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s),
-    )
+    client = build_client_context(settings, threads)
+    leases = LeaseKeeper(client.engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s)
+    return WorkerContext(**vars(client), leases=leases)
+
+
+_worker_context = ProcessContext(lambda settings: build_context(settings, _threads))
 
 
 def get_context() -> WorkerContext:
     """This process's context, built on first use from the environment."""
-    global _context
-    if _context is None:
-        with _lock:
-            if _context is None:
-                settings = get_settings()
-                if not structlog.is_configured():  # the CLI configures its own, quieter
-                    configure_logging(settings.log_level)
-                _context = build_context(settings, _threads)
-    return _context
+    return _worker_context.get()

@@ -13,7 +13,9 @@ on first use."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import structlog
 from sqlalchemy import Engine
@@ -68,8 +70,9 @@ def runtime_for(settings: Settings) -> Runtime:
     )
 
 
-def build_client_context(settings: Settings) -> ClientContext:
-    engine = engine_for(settings)
+def build_client_context(settings: Settings, threads: int | None = None) -> ClientContext:
+    """``threads``: how many requests (or, for a worker, rounds) this process runs at once."""
+    engine = engine_for(settings, threads)
     return ClientContext(
         settings=settings,
         engine=engine,
@@ -79,18 +82,32 @@ def build_client_context(settings: Settings) -> ClientContext:
     )
 
 
-_context: ClientContext | None = None
-_lock = threading.Lock()
+C = TypeVar("C")
+
+
+class ProcessContext(Generic[C]):
+    """A context built once per process, on first use, from the environment's settings
+    (logging is configured first unless the CLI already did, more quietly)."""
+
+    def __init__(self, build: Callable[[Settings], C]) -> None:
+        self._build = build
+        self._context: C | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> C:
+        if self._context is None:
+            with self._lock:
+                if self._context is None:
+                    settings = get_settings()
+                    if not structlog.is_configured():
+                        configure_logging(settings.log_level)
+                    self._context = self._build(settings)
+        return self._context
+
+
+_client_context = ProcessContext(build_client_context)
 
 
 def get_client_context() -> ClientContext:
     """This process's client context, built on first use from the environment."""
-    global _context
-    if _context is None:
-        with _lock:
-            if _context is None:
-                settings = get_settings()
-                if not structlog.is_configured():  # the CLI configures its own, quieter
-                    configure_logging(settings.log_level)
-                _context = build_client_context(settings)
-    return _context
+    return _client_context.get()

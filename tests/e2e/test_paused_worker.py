@@ -47,19 +47,9 @@ def test_worker_paused_past_its_lease_cannot_commit_after_another_took_over(clus
     assert run_row(ctx.engine, run_id)["claim_fence"] >= takeover["claim_fence"]
     assert run_row(ctx.engine, run_id)["boundary_seq"] == 0, "round 0 committed while its holder was paused"
 
-    resumed_at_lines = len(cluster.logs("paused"))
-    cluster.signal("paused", signal.SIGCONT)
     # Its sleep ends (wall clock ran on while it was stopped): it tries to commit round 0
     # under its stale fence and is refused.
-    outcome = wait_until(
-        lambda: [
-            line
-            for line in cluster.logs("paused")[resumed_at_lines:]
-            if line.get("event") in ("round_dropped", "round_committed", "round_crashed")
-        ],
-        what="the resumed worker to finish its stale round",
-    )
-    assert [(line["event"], line.get("error")) for line in outcome] == [("round_dropped", "FenceLost")]
+    resumed_at_lines = assert_stale_round_refused_after_resume(cluster)
     dropped = events(cluster, "paused", "round_dropped", run_id=run_id, boundary_seq=0)
     assert [d["claim_fence"] for d in dropped] == [stale_fence]
     # Stop it now (warm shutdown) so that it cannot take round 1 legitimately: every round
@@ -125,17 +115,7 @@ def test_model_call_of_a_worker_taken_over_mid_call_is_on_the_ledger_as_stale_wi
         what="the other worker to take round 0 over",
     )
     before_resume = run_row(ctx.engine, run_id)
-    resumed_at_lines = len(cluster.logs("paused"))
-    cluster.signal("paused", signal.SIGCONT)
-    outcome = wait_until(
-        lambda: [
-            line
-            for line in cluster.logs("paused")[resumed_at_lines:]
-            if line.get("event") in ("round_dropped", "round_committed", "round_crashed")
-        ],
-        what="the resumed worker to finish its stale round",
-    )
-    assert [(line["event"], line.get("error")) for line in outcome] == [("round_dropped", "FenceLost")]
+    assert_stale_round_refused_after_resume(cluster)
     cluster.signal("paused", signal.SIGTERM)
     assert wait_exit(cluster, "paused") == 0
 
@@ -163,3 +143,21 @@ def test_model_call_of_a_worker_taken_over_mid_call_is_on_the_ledger_as_stale_wi
     assert (view["model_calls"], view["stale_model_calls"]) == (3, 1)
     assert view["input_tokens"] == sum(c["input_tokens"] for c in calls)
     assert view["output_tokens"] == sum(c["output_tokens"] for c in calls)
+
+
+def assert_stale_round_refused_after_resume(cluster: Cluster) -> int:
+    """SIGCONT the paused worker: the round it held when stopped must end in one
+    ``round_dropped`` for its lost fence, never a commit or a crash. Returns where its log
+    stood at the resume."""
+    resumed_at_lines = len(cluster.logs("paused"))
+    cluster.signal("paused", signal.SIGCONT)
+    outcome = wait_until(
+        lambda: [
+            line
+            for line in cluster.logs("paused")[resumed_at_lines:]
+            if line.get("event") in ("round_dropped", "round_committed", "round_crashed")
+        ],
+        what="the resumed worker to finish its stale round",
+    )
+    assert [(line["event"], line.get("error")) for line in outcome] == [("round_dropped", "FenceLost")]
+    return resumed_at_lines

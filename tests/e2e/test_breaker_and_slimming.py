@@ -23,6 +23,7 @@ from schema.store.bodies import event_data_sql, message_body_sql
 from tests.support.cluster import Cluster, events, wait_ready
 from tests.support.db import model_calls, round_rows, rows, wait_terminal
 from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 
 ECHO_ARGS = {"q": "same again", "n": 2}
@@ -46,14 +47,19 @@ def _run_events(ctx, run_id) -> list[dict[str, Any]]:
                 "ORDER BY seq", id=run_id)
 
 
-def _committers(cluster: Cluster, run_id, names: tuple[str, ...]) -> dict[int, str]:
-    """Which worker committed each round of the run (from its logs)."""
-    out: dict[int, str] = {}
-    for name in names:
-        for line in events(cluster, name, "round_committed", run_id=run_id):
-            assert line["boundary_seq"] not in out, f"round {line['boundary_seq']} committed twice"
-            out[line["boundary_seq"]] = name
-    return out
+def _committers(cluster: Cluster, run_id, names: tuple[str, ...], count: int) -> dict[int, str]:
+    """Which worker committed each of the run's ``count`` rounds (from their logs, once the
+    last line is written: it comes just after the commit the test saw)."""
+
+    def logged() -> dict[int, str]:
+        out: dict[int, str] = {}
+        for name in names:
+            for line in events(cluster, name, "round_committed", run_id=run_id):
+                assert line["boundary_seq"] not in out, f"round {line['boundary_seq']} committed twice"
+                out[line["boundary_seq"]] = name
+        return out
+
+    return wait_until(lambda: len(c := logged()) >= count and c, what=f"{count} commits logged")
 
 
 # --- (1) the breaker across two workers ---------------------------------------------------------
@@ -105,7 +111,7 @@ def test_identical_echo_rounds_are_stopped_at_exactly_the_limit_across_two_worke
     assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
 
     # The count really travelled between processes: both workers committed rounds.
-    committers = _committers(cluster, submitted.run_id, ("w1", "w2"))
+    committers = _committers(cluster, submitted.run_id, ("w1", "w2"), expected)
     assert sorted(committers) == list(range(expected))
     assert set(committers.values()) == {"w1", "w2"}, committers
 
@@ -216,7 +222,7 @@ def test_a_one_megabyte_tool_output_is_stored_whole_and_slimmed_in_the_next_mode
     assert [m["chain_digest"] for m in messages] == [context_chain(slimmed[: i + 1]) for i in range(6)]
 
     # Round 1 ran cold on the other worker, round 2 warm on the first one.
-    committers = _committers(cluster, submitted.run_id, ("w1", "w2"))
+    committers = _committers(cluster, submitted.run_id, ("w1", "w2"), 3)
     assert committers[0] == committers[2] != committers[1], committers
     (claim1,) = events(cluster, committers[1], "round_claimed", run_id=submitted.run_id, boundary_seq=1)
     (claim2,) = events(cluster, committers[2], "round_claimed", run_id=submitted.run_id, boundary_seq=2)
@@ -252,7 +258,7 @@ def test_round_digests_match_the_stored_bodies_when_a_tool_result_holds_a_large_
     context = [slim_tool_results_for_next_round(Message.from_json(m["body"]), MAX_TOOL_OUTPUT_BYTES)
                for m in messages]
     rounds = round_rows(ctx.engine, submitted.run_id)
-    committers = _committers(cluster, submitted.run_id, ("w1", "w2"))
+    committers = _committers(cluster, submitted.run_id, ("w1", "w2"), 3)
     assert committers[0] == committers[2] != committers[1], committers
 
     expected = [context_chain(context[:n]) for n in (1, 3, 5)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from tests.support.cluster import Cluster, events, wait_ready
+from tests.support.cluster import Cluster, wait_events, wait_ready
 from tests.support.db import rows
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
@@ -67,4 +67,4 @@ def test_one_worker_process_runs_many_rounds_at_once(cluster: Cluster, ctx) -> N
     overlapping = sum(1 for r in done if r["started_at"] < first_finish)
     assert overlapping >= RUNS // 2, f"only {overlapping} rounds were in flight together"
     # All in the one process.
-    assert len(events(cluster, "w1", "round_committed")) == RUNS
+    assert len(wait_events(cluster, "w1", "round_committed", count=RUNS)) == RUNS

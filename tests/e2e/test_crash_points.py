@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.cluster import Cluster, events, wait_exit
+from tests.support.cluster import Cluster, events, wait_events, wait_exit
 from tests.support.db import calls_per_boundary, model_calls, round_rows, rows, wait_terminal
 from tests.support.requests import scripted_request
 from worker import client
@@ -60,8 +60,8 @@ def test_crash_at_failpoint_run_completes_on_another_worker(cluster: Cluster, ct
     assert [r["boundary_seq"] for r in rounds] == [0, 1, 2]
     assert all(r["accepted_response_digest"] for r in rounds)
     assert [r["claim_fence"] for r in rounds] == expected_fences
+    b_commits = wait_events(cluster, "b", "round_committed", run_id=run_id, count=2 if committed_by_a else 3)
     b_claims = events(cluster, "b", "round_claimed", run_id=run_id)
-    b_commits = events(cluster, "b", "round_committed", run_id=run_id)
     assert sorted(e["boundary_seq"] for e in b_commits) == ([1, 2] if committed_by_a else [0, 1, 2])
     assert {e["claim_fence"] for e in b_commits} == set(expected_fences) - ({1} if committed_by_a else set())
     assert {e["claim_fence"] for e in b_claims} == {e["claim_fence"] for e in b_commits}, "a claim left no round"

@@ -4,6 +4,7 @@ from schema.store.bodies import message_body_sql
 from tests.support.cluster import Cluster, events, wait_ready
 from tests.support.db import round_rows, rows, wait_terminal
 from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
 
 SCRIPT = [
@@ -52,7 +53,11 @@ def test_five_round_run_executes_one_task_per_round_across_two_workers(cluster: 
     assert run["boundary_seq"] == 5
 
     # Each round is its own task: five commits, five distinct task ids, both workers used.
-    commits = {name: events(cluster, name, "round_committed", run_id=submitted.run_id) for name in ("w1", "w2")}
+    def logged() -> dict[str, list[dict]]:
+        return {name: events(cluster, name, "round_committed", run_id=submitted.run_id) for name in ("w1", "w2")}
+
+    # (The last commit's line is written just after the commit the run's status showed.)
+    commits = wait_until(lambda: sum(map(len, (c := logged()).values())) >= 5 and c, what="5 commits logged")
     all_commits = commits["w1"] + commits["w2"]
     assert sorted(c["boundary_seq"] for c in all_commits) == [0, 1, 2, 3, 4]
     assert len({c["task_id"] for c in all_commits}) == 5

@@ -96,6 +96,12 @@ def events(cluster: Cluster, name: str, event: str | None = None, **fields: Any)
     return out
 
 
+def wait_events(cluster: Cluster, name: str, event: str, *, count: int, **fields: Any) -> list[dict[str, Any]]:
+    """Like ``events``, once at least ``count`` lines are logged: a process writes a line after
+    the database change it reports, so a test that saw the change may be ahead of the log."""
+    return wait_until(lambda: (found := events(cluster, name, event, **fields)) and len(found) >= count and found,
+                      timeout_s=WAIT_S, what=f"{count} {event} lines from {name}")
+
 
 def wait_ready(cluster: Cluster, *names: str, timeout_s: float = WAIT_S) -> None:
     """Wait until each named worker process answers a remote-control ping, i.e. it is

@@ -40,6 +40,8 @@ class Policy(_Frozen):
     # A model call's time budget, retries included (real providers; the scripted model
     # ignores it).
     model_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    # Tool names (or ``["*"]``) whose calls wait for a person's approval before they run.
+    require_approval: list[str] = Field(default_factory=list, max_length=256)
 
 
 class ScriptedToolCall(_Frozen):

@@ -53,7 +53,8 @@ def slim_tool_results_for_next_round(message: Message, max_output_bytes: int) ->
         f"{cut} bytes cut. The full output is stored with tool_call_id {message.tool_call_id} "
         f"(tool_invocations, and the run's tool_completed event).]"
     )
-    return Message(role=MessageRole.TOOL, tool_call_id=message.tool_call_id, name=message.name, content=kept + marker)
+    return Message(role=MessageRole.TOOL, tool_call_id=message.tool_call_id, name=message.name, content=kept + marker,
+                   is_error=message.is_error)
 
 
 def durable_local_read_context(placeholder: JSON, contents: Mapping[str, str]) -> dict[str, Any]:
@@ -71,6 +72,7 @@ def context_form(message: Message, max_output_bytes: int, durable_reads: Mapping
             tool_call_id=message.tool_call_id,
             name=message.name,
             result=durable_local_read_context(message.result, durable_reads),
+            is_error=message.is_error,
         )
     return slim_tool_results_for_next_round(message, max_output_bytes)
 

@@ -12,9 +12,11 @@ transaction.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
+from uuid import UUID
 
 from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL, CountedCall, RepeatedToolCallBreaker
 from runtime.canonical import MAX_RESULT_DEPTH, chain_digest, digest, json_problem
@@ -38,7 +40,20 @@ from runtime.outcomes import (
 )
 from runtime.proofs import OwnedRoundProjection
 from runtime.state import RunState
-from runtime.tools import NO_INPUTS, ToolInputs, ToolOutcome
+from runtime.tools import (
+    NO_INPUTS,
+    TOOL_ARGS_INVALID,
+    PriorExecution,
+    Tool,
+    ToolAnswer,
+    ToolArgsInvalid,
+    ToolContext,
+    ToolEffect,
+    ToolInputs,
+    ToolOutcome,
+    ToolSuspension,
+    ToolTimedOut,
+)
 from schema.wire import EventKind
 from schema.wire.vocab import ToolStatus
 
@@ -54,12 +69,27 @@ class RoundHooks(Protocol):
 
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None: ...
 
+    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, again: bool) -> PriorExecution | None:
+        """Record that an ``at_most_once`` call's handler is about to start (fenced), or
+        return what an earlier start recorded; ``again``: an operator asked to run it again."""
+        ...
+
+    def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        """Record how an ``at_most_once`` call ended (a suspension clears its start)."""
+        ...
+
 
 class NoHooks:
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         return None
 
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
+        return None
+
+    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, again: bool) -> PriorExecution | None:
+        return None
+
+    def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
         return None
 
 
@@ -140,7 +170,7 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     round_projection = _issue_round(deps, state, digests)
     invocations = []
     for call in response.tool_calls:
-        invocation, output = run_tool(deps, call, NO_INPUTS)
+        invocation, output = run_tool(deps, state, call, NO_INPUTS, hooks)
         if invocation.status == ToolStatus.SUSPENDED:
             invocation = with_call_projection(deps, state, invocation, round_projection.proof)
         invocations.append((invocation, output))
@@ -165,13 +195,14 @@ def orchestrate(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks | Non
             return InProcessRun(outcome=result.outcome, rounds=state.boundary_seq, messages=state.history)
 
 
-def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tuple[ToolInvocation, ToolOutcome]:
+def run_tool(
+    deps: OrchestratorDeps, state: RunState, call: ToolCall, inputs: ToolInputs, hooks: RoundHooks
+) -> tuple[ToolInvocation, ToolOutcome]:
     tool = deps.tools.get(call.name)
     if tool is None:
-        error = {"error": {"code": "TOOL_UNKNOWN", "message": f"tool {call.name!r} is not enabled"}}
-        outcome = ToolOutcome(ToolStatus.FAILED, error, error)
+        outcome = ToolOutcome.failed("TOOL_UNKNOWN", f"tool {call.name!r} is not enabled")
     else:
-        outcome = tool.run(call.args, inputs)
+        outcome = _tool_outcome(deps, state, tool, call, inputs, hooks)
     result_digest = None
     if outcome.status != ToolStatus.SUSPENDED:
         try:
@@ -182,9 +213,8 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
                 raise ValueError(str(bad))
             result_digest = digest(outcome.result)
         except (ValueError, TypeError) as exc:  # ... or not JSON at all
-            error = {"error": {"code": "TOOL_RESULT_INVALID", "message": f"the tool's result cannot be stored: {exc}"}}
-            outcome = ToolOutcome(ToolStatus.FAILED, error, error)
-            result_digest = digest(error)
+            outcome = ToolOutcome.failed("TOOL_RESULT_INVALID", f"the tool's result cannot be stored: {exc}")
+            result_digest = digest(outcome.result)
     invocation = ToolInvocation(
         call=call,
         domain=tool.domain if tool else None,
@@ -193,8 +223,88 @@ def run_tool(deps: OrchestratorDeps, call: ToolCall, inputs: ToolInputs) -> tupl
         args_digest=digest(call.args),
         result_digest=result_digest,
         suspension=outcome.suspension,
+        approval=inputs.approval,
     )
     return invocation, outcome
+
+
+TOOL_REJECTED = "TOOL_REJECTED"
+# A tool with no timeout of its own still tells its handler when the round wants it done.
+DEFAULT_TOOL_DEADLINE_S = 300.0
+
+
+def _tool_outcome(
+    deps: OrchestratorDeps, state: RunState, tool: Tool, call: ToolCall, inputs: ToolInputs, hooks: RoundHooks
+) -> ToolOutcome:
+    """One call, in order: an answer given for it (its result), a rejection, its args
+    (as approved, maybe edited), the approval gate, the at-most-once record, the handler."""
+    answer, approval = inputs.answer, inputs.approval
+    if answer is not None and answer.kind == "result":
+        status = ToolStatus.FAILED if answer.is_error else ToolStatus.COMPLETED
+        return ToolOutcome(status, answer.value, answer.value)
+    if approval is not None and approval.kind == "reject":
+        return ToolOutcome.failed(TOOL_REJECTED, f"a person rejected this call: {approval.reason or 'no reason given'}")
+    given = approval.value if approval is not None and approval.value is not None else call.args
+    try:
+        args = tool.parse_args(given if isinstance(given, dict) else {})
+    except ToolArgsInvalid as exc:
+        return ToolOutcome.failed(TOOL_ARGS_INVALID, f"{exc.path or 'args'}: {exc.message}")
+    if approval is None and needs_approval(deps.policy.require_approval, call.name):
+        return ToolOutcome.suspended(ToolSuspension("approval"))
+    ctx = ToolContext(
+        run_id=state.run_id or UUID(int=0),
+        boundary_seq=state.boundary_seq,
+        tool_call_id=call.id,
+        attempt=state.attempt,
+        owner=state.work_owner,
+        idempotency_key=idempotency_key(state, call),
+        deadline=time.time() + (tool.timeout_s or DEFAULT_TOOL_DEADLINE_S),
+        inputs=inputs,
+    )
+    if tool.effect != ToolEffect.AT_MOST_ONCE:
+        return tool.run(args, ctx)
+    prior = hooks.tool_call_starting(call, ctx, again=answer is not None and answer.kind == "retry")
+    if prior is not None:
+        if prior.status is not None:  # it ran to its end before: that is its result
+            return ToolOutcome(prior.status, prior.result, prior.result)
+        verified = tool.check(args, ctx)
+        if verified is not None:
+            return ToolOutcome.completed(verified)
+        return ToolOutcome.suspended(ToolSuspension("outcome_unknown", reason=UNKNOWN_AFTER_CRASH))
+    try:
+        outcome = tool.run(args, ctx)
+    except ToolTimedOut:
+        outcome = ToolOutcome.suspended(
+            ToolSuspension("outcome_unknown", reason=f"it did not finish within its timeout of {tool.timeout_s} s")
+        )
+    hooks.tool_call_finished(call, outcome)
+    return outcome
+
+
+# The waits someone answers about the call itself (its args are shown to them).
+ANSWERED_KINDS = frozenset({"client_tool", "approval", "outcome_unknown"})
+
+
+def approval_json(approval: ToolAnswer) -> dict[str, Any]:
+    """A decision on a call as its events and round record show it."""
+    body: dict[str, Any] = {"decision": approval.kind}
+    if approval.value is not None:
+        body["args"] = approval.value
+    if approval.reason is not None:
+        body["reason"] = approval.reason
+    return body
+
+
+UNKNOWN_AFTER_CRASH = "an earlier execution of this call started and never recorded its end"
+
+
+def needs_approval(require_approval: Sequence[str], name: str) -> bool:
+    return "*" in require_approval or name in require_approval
+
+
+def idempotency_key(state: RunState, call: ToolCall) -> str:
+    """The same for every execution of one call of one run, different for any other."""
+    return digest({"idempotency": str(state.run_id), "boundary": state.boundary_seq, "call": call.id})[:32]
 
 
 def with_unique_call_ids(response: ModelResponse, state: RunState) -> ModelResponse:
@@ -258,20 +368,19 @@ def close_tool_round(
         call = invocation.call
         if invocation.status == ToolStatus.SUSPENDED:
             assert invocation.suspension is not None
-            events.append(
-                RoundEvent(
-                    EventKind.TOOL_SUSPENDED,
-                    {"tool_call_id": call.id, "name": call.name, **invocation.suspension.to_json()},
-                )
-            )
+            suspended = {"tool_call_id": call.id, "name": call.name, **invocation.suspension.to_json()}
+            if invocation.suspension.kind in ANSWERED_KINDS:  # whoever answers sees what was asked
+                suspended["args"] = call.args
+            events.append(RoundEvent(EventKind.TOOL_SUSPENDED, suspended))
             continue
-        new.append(tool_message(call, invocation.result), tool_message(call, output.context))
-        events.append(
-            RoundEvent(
-                EventKind.TOOL_COMPLETED,
-                {"tool_call_id": call.id, "name": call.name, "status": invocation.status, "result": invocation.result},
-            )
-        )
+        failed = invocation.status == ToolStatus.FAILED
+        new.append(tool_message(call, invocation.result, is_error=failed),
+                   tool_message(call, output.context, is_error=failed))
+        completed = {"tool_call_id": call.id, "name": call.name, "status": invocation.status,
+                     "result": invocation.result}
+        if invocation.approval is not None:
+            completed["approval"] = approval_json(invocation.approval)
+        events.append(RoundEvent(EventKind.TOOL_COMPLETED, completed))
     waiting = tuple(i.call for i, _ in invocations if i.status == ToolStatus.SUSPENDED)
     fingerprint, repeat_count = None, 0
     outcome: RoundOutcome = Continue()

@@ -34,8 +34,10 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
-    # Set on tool messages: the structured result as the tool returned it.
+    # Set on tool messages: the structured result as the tool returned it, and whether the
+    # call failed (so a provider that has the notion is told: Anthropic's ``is_error``).
     result: JSON = None
+    is_error: bool = False
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"role": self.role}
@@ -49,6 +51,8 @@ class Message:
             body["name"] = self.name
         if self.result is not None:
             body["result"] = self.result
+        if self.is_error:
+            body["is_error"] = True
         return body
 
     @classmethod
@@ -60,6 +64,7 @@ class Message:
             tool_call_id=body.get("tool_call_id"),
             name=body.get("name"),
             result=body.get("result"),
+            is_error=body.get("is_error", False),
         )
 
     @cached_property
@@ -73,6 +78,6 @@ def user_message(text: str) -> Message:
     return Message(role=MessageRole.USER, content=text)
 
 
-def tool_message(call: ToolCall, result: JSON) -> Message:
+def tool_message(call: ToolCall, result: JSON, *, is_error: bool = False) -> Message:
     # The result is stored once, structured; adapters render it for their provider.
-    return Message(role=MessageRole.TOOL, tool_call_id=call.id, name=call.name, result=result)
+    return Message(role=MessageRole.TOOL, tool_call_id=call.id, name=call.name, result=result, is_error=is_error)

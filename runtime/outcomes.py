@@ -9,7 +9,7 @@ from typing import Any, Literal
 from runtime.canonical import JSON
 from runtime.messages import Message, ToolCall
 from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection
-from runtime.tools import ToolSuspension
+from runtime.tools import ToolAnswer, ToolSuspension
 from schema.wire import EventKind
 from schema.wire.vocab import ToolDomain, ToolStatus
 
@@ -76,6 +76,8 @@ class ToolInvocation:
     projection: OwnedToolCallProjection | None = None
     # Set when a resume re-ran this call: the stored invocation it completes.
     resumes_invocation_id: str | None = None
+    # The decision a person took on this call (approval), if it needed one.
+    approval: ToolAnswer | None = None
 
 
 @dataclass(frozen=True)

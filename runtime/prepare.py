@@ -21,6 +21,7 @@ from runtime.deps import OrchestratorDeps, Runtime, compose_deps
 from runtime.errors import RequestInvalid
 from runtime.loop import InProcessRun, orchestrate
 from runtime.state import RunState
+from runtime.tools import ToolArgsInvalid
 from schema.wire import RunRequest
 
 
@@ -98,8 +99,8 @@ def _check_script(runtime: Runtime, turn_config: TurnConfig) -> None:
             assert tool is not None
             try:
                 tool.parse_args(call.args, strict=True)
-            except ValidationError as exc:
-                raise invalid_from(exc, f"{where}.args") from None
+            except ToolArgsInvalid as exc:
+                raise RequestInvalid(format_loc(exc.loc, f"{where}.args"), exc.message) from None
 
 
 def parse_request(raw: object) -> RunRequest:

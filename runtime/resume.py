@@ -16,7 +16,7 @@ from uuid import UUID
 
 from runtime.deps import OrchestratorDeps
 from runtime.errors import AidaworkError
-from runtime.loop import Appender, close_tool_round, run_tool, with_call_projection
+from runtime.loop import Appender, NoHooks, RoundHooks, close_tool_round, run_tool, with_call_projection
 from runtime.messages import ToolCall
 from runtime.outcomes import RoundDigests, RoundEvent, RoundResult
 from runtime.proofs import ProofAuthority
@@ -94,16 +94,19 @@ def resume_original_tool_round(
     digests: RoundDigests,
     stored: Sequence[StoredSuspension],
     inputs: Mapping[str, ToolInputs],
+    hooks: RoundHooks | None = None,
 ) -> RoundResult:
     """Re-run exactly the suspended calls of round ``state.boundary_seq`` with their
     delivered ``inputs`` (by tool call id); the model is not called. A call that still
     lacks input suspends again. The caller has checked the resumes (``check_resumes``)
     before claiming the run."""
+    hooks = hooks or NoHooks()
     new = Appender.after(state, deps)
     round_proof = stored[0].resume.round_proof
     runs = []
     for suspension in stored:
-        invocation, output = run_tool(deps, suspension.call, inputs.get(suspension.call.id, ToolInputs()))
+        call_inputs = inputs.get(suspension.call.id, ToolInputs())
+        invocation, output = run_tool(deps, state, suspension.call, call_inputs, hooks)
         invocation = replace(invocation, resumes_invocation_id=suspension.resume.invocation_id)
         if invocation.status == ToolStatus.SUSPENDED:  # still missing input: suspend again, under this claim
             invocation = with_call_projection(deps, state, invocation, round_proof)

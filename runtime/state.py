@@ -30,6 +30,8 @@ class RunState:
     last_position: int = -1
     run_id: UUID | None = None
     claim_fence: int = 0
+    # Which execution of this round the claim is (1 first; a re-execution after a crash more).
+    attempt: int = 1
     work_owner: str = ""
     # The previous round's breaker state, from the stored rounds.
     previous_fingerprint: str | None = None
@@ -53,6 +55,7 @@ class RunState:
             boundary_seq=claim.boundary_seq,
             run_id=claim.run_id,
             claim_fence=claim.fence,
+            attempt=claim.attempt,
             work_owner=claim.owner,
             previous_fingerprint=claim.previous_fingerprint,
             previous_repeat_count=claim.previous_repeat_count,

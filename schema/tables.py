@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from schema.wire import RunStatus
-from schema.wire.vocab import MessageRole, RoundOutcomeKind, ToolDomain, ToolStatus
+from schema.wire.vocab import MessageRole, RoundOutcomeKind, ToolAnswerKind, ToolDomain, ToolStatus
 
 metadata = MetaData(
     naming_convention={
@@ -273,6 +273,42 @@ prerequisites = Table(
     Column("key", Text, primary_key=True),
     Column("value", JSONB, nullable=False),
     Column("resolved_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+# Answers to suspended calls: a client tool's result, a person's approval or rejection, an
+# operator's word on an at_most_once call whose outcome is unknown. One per suspension
+# (its invocation id); an approval holds for every later execution of the call.
+tool_answers = Table(
+    "tool_answers",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("invocation_id", Text, primary_key=True),
+    Column("tool_call_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("value", JSONB),
+    Column("is_error", Boolean, nullable=False, server_default=text("false")),
+    Column("reason", Text),
+    _now(),
+    CheckConstraint(_in("kind", [k.value for k in ToolAnswerKind]), name="kind"),
+)
+
+# The start (and end) of every execution of an at_most_once tool call, written fenced
+# before its handler runs: a round re-executed after a crash finds the start and does not
+# run the handler again.
+TOOL_EXECUTION_STATUSES = [ToolStatus.COMPLETED.value, ToolStatus.FAILED.value]
+tool_executions = Table(
+    "tool_executions",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("tool_call_id", Text, primary_key=True),
+    Column("boundary_seq", Integer, nullable=False),
+    Column("claim_fence", BigInteger, nullable=False),
+    Column("executions", Integer, nullable=False, server_default=text("1")),
+    Column("status", Text),  # NULL: started, end not recorded
+    Column("result", JSONB),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint(f"status IS NULL OR {_in('status', TOOL_EXECUTION_STATUSES)}", name="status"),
 )
 
 run_events = Table(

@@ -20,8 +20,8 @@ from runtime.messages import ToolCall
 from runtime.outcomes import RoundDigests
 from runtime.prepare import invalid_from
 from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
-from runtime.tools import LocalFile, ToolInputs, ToolSuspension
-from schema.store.suspensions import SuspendedCall, SuspensionMaterial
+from runtime.tools import LocalFile, ToolAnswer, ToolInputs, ToolSuspension
+from schema.store.suspensions import Answer, SuspendedCall, SuspensionMaterial
 from schema.wire import OriginalToolRoundResume
 from worker.bootstrap import WorkerContext
 from worker.round import RoundDisposition, log_refused_claim, run_claimed
@@ -82,7 +82,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
         ctx,
         claim,
         cached,
-        lambda deps, state, hooks: resume_original_tool_round(deps, state, digests, stored, inputs),
+        lambda deps, state, hooks: resume_original_tool_round(deps, state, digests, stored, inputs, hooks),
     )
 
 
@@ -94,6 +94,12 @@ def _stored(call: SuspendedCall) -> StoredSuspension:
     )
 
 
+def _answer(answer: Answer | None) -> ToolAnswer | None:
+    if answer is None:
+        return None
+    return ToolAnswer(answer.kind, answer.value, answer.is_error, answer.reason)
+
+
 def _inputs(material: SuspensionMaterial) -> dict[str, ToolInputs]:
     inputs = {}
     for call in material.calls:
@@ -102,5 +108,10 @@ def _inputs(material: SuspensionMaterial) -> dict[str, ToolInputs]:
             path: LocalFile(path=path, content=f["content"], digest=f["digest"], size_bytes=f["size_bytes"])
             for path, f in material.files.get(call_id, {}).items()
         }
-        inputs[call_id] = ToolInputs(files=files, prerequisites=material.prerequisites)
+        inputs[call_id] = ToolInputs(
+            files=files,
+            prerequisites=material.prerequisites,
+            answer=_answer(material.answers.get(call_id)),
+            approval=_answer(material.approvals.get(call_id)),
+        )
     return inputs

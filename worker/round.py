@@ -23,7 +23,7 @@ from runtime.context import context_chain, context_form
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelUnavailable, RequestInvalid
 from runtime.loop import RoundHooks, drive_react_loop
-from runtime.messages import Message
+from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.outcomes import Continue, RebuildRequired, RoundResult, Suspend
 from runtime.prepare import prepare_turn
@@ -31,10 +31,12 @@ from runtime.proofs import ROUND_PROOF_INVALID
 from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
 from runtime.record import round_record
 from runtime.state import RunState
+from runtime.tools import PriorExecution, ToolContext, ToolOutcome
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
 from schema.wire.record import RoundRecord
+from schema.wire.vocab import ToolStatus
 from worker import failpoints
 from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
@@ -87,6 +89,22 @@ class LedgerHooks:
             error_code=error.code if error else None,
         )
         failpoints.hit("after_model_call", owner=self._claim.owner)
+
+    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, again: bool) -> PriorExecution | None:
+        c = self._claim
+        prior = self._ctx.store.start_tool_execution(c.run_id, c.boundary_seq, call.id, c.fence, again=again)
+        if prior is None:
+            log.info("tool_execution_started", tool_call_id=call.id, tool=call.name, again=again)
+            return None
+        log.warning("tool_execution_found", tool_call_id=call.id, tool=call.name, ended=prior.status is not None,
+                    executions=prior.executions)
+        return PriorExecution(ToolStatus(prior.status) if prior.status else None, prior.result)
+
+    def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        # Between the side effect and its record: what a crash inside the handler leaves.
+        failpoints.hit("in_tool_call", owner=self._claim.owner)
+        status = None if outcome.status == ToolStatus.SUSPENDED else str(outcome.status)
+        self._ctx.store.finish_tool_execution(self._claim.run_id, call.id, self._claim.fence, status, outcome.result)
 
 
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:

@@ -37,6 +37,8 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
         text = tool_result_text(message)
         if text:
             block["content"] = text
+        if message.is_error:
+            block["is_error"] = True
         return "user", [block]
     blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
     if message.role == "assistant":

@@ -14,8 +14,9 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
-from schema.store import claims, leases, rebuilds, rounds, runs, suspensions
+from schema.store import claims, effects, leases, rebuilds, rounds, runs, suspensions
 from schema.store.claims import ClaimRefusal
+from schema.store.effects import ExecutionRecord
 from schema.store.rebuilds import PlanReservation, Reservation, VerifyPrefix
 from schema.store.suspensions import SuspensionMaterial
 from schema.wire import OriginalToolRoundResume
@@ -91,6 +92,18 @@ class Store:
 
     def commit_round(self, record: RoundRecord) -> UUID | None:
         return rounds.commit_round(self.engine, record)
+
+    # --- at-most-once tool calls ----------------------------------------------------------
+
+    def start_tool_execution(
+        self, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, again: bool
+    ) -> ExecutionRecord | None:
+        return effects.start_execution(self.engine, run_id, boundary_seq, tool_call_id, fence, again=again)
+
+    def finish_tool_execution(
+        self, run_id: UUID, tool_call_id: str, fence: int, status: str | None, result: object
+    ) -> None:
+        effects.finish_execution(self.engine, run_id, tool_call_id, fence, status, result)
 
     # --- giving a claim back, ending a run, dispatch --------------------------------------
 

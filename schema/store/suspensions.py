@@ -22,6 +22,7 @@ from schema.store.tx import run_transaction
 from schema.wire import OriginalToolRoundResume, WaitingFor
 from schema.wire.claim import StoredRound
 from schema.wire.errors import AidaworkError
+from schema.wire.vocab import ToolAnswerKind
 
 
 class DeliveryRefused(AidaworkError):
@@ -46,13 +47,17 @@ def file_digest(content: str) -> str:
     return hashlib.sha256(content.encode()).hexdigest()
 
 
-# Whether the suspended call ``ti`` has its input: all the files it asked for, or its
-# prerequisite. What a suspended call waits for, and whether a run can resume, both read this.
+# Whether the suspended call ``ti`` has its input: all the files it asked for, its
+# prerequisite, or (client tools, approvals, unknown outcomes) an answer to this very
+# wait. What a suspended call waits for, and whether a run can resume, both read this.
 _DELIVERED = """CASE ti.suspension->>'kind'
          WHEN 'local_read' THEN (SELECT count(*) FROM local_reads AS lr
                                  WHERE lr.run_id = ti.run_id AND lr.tool_call_id = ti.tool_call_id)
                                 = jsonb_array_length(ti.suspension->'paths')
-         ELSE EXISTS (SELECT 1 FROM prerequisites AS p WHERE p.run_id = ti.run_id AND p.key = ti.suspension->>'key')
+         WHEN 'prerequisite' THEN EXISTS (SELECT 1 FROM prerequisites AS p
+                                          WHERE p.run_id = ti.run_id AND p.key = ti.suspension->>'key')
+         ELSE EXISTS (SELECT 1 FROM tool_answers AS ta
+                      WHERE ta.run_id = ti.run_id AND ta.invocation_id = ti.invocation_id)
        END"""
 
 _SUSPENDED_CALLS_SQL = text(
@@ -96,6 +101,8 @@ def waiting_for(conn: Connection, run_id: UUID) -> list[WaitingFor]:
             kind=row.suspension["kind"],
             paths=row.suspension.get("paths"),
             key=row.suspension.get("key"),
+            args=row.args if row.suspension["kind"] in ANSWERED_KINDS else None,
+            reason=row.suspension.get("reason"),
             delivered=row.delivered,
         )
         for row in _suspended_calls(conn, run_id)
@@ -247,6 +254,75 @@ def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: Any) -> 
     )
 
 
+# The waits answered about the call itself, and the answers each takes.
+ANSWERS_FOR: dict[str, frozenset[str]] = {
+    "client_tool": frozenset({ToolAnswerKind.RESULT}),
+    "outcome_unknown": frozenset({ToolAnswerKind.RESULT, ToolAnswerKind.RETRY}),
+    "approval": frozenset({ToolAnswerKind.APPROVE, ToolAnswerKind.REJECT}),
+}
+ANSWERED_KINDS = frozenset(ANSWERS_FOR)
+_ANSWER_NAMES = {"result": "a result", "retry": "a retry", "approve": "an approval", "reject": "a rejection"}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer to one suspended call (``tool_answers``)."""
+
+    kind: ToolAnswerKind
+    value: Any = None
+    is_error: bool = False
+    reason: str | None = None
+
+
+def answer_tool_call_txn(conn: Connection, run_id: UUID, tool_call_id: str, answer: Answer) -> Receipt:
+    run = _lock_run(conn, run_id)
+    _refuse_if_ended(run_id, run)
+    call = next((c for c in _suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
+    if call is None:
+        raise DeliveryRefused(run_id, f"it is not waiting for tool call {tool_call_id!r}", "tool_call_id")
+    wait = call.suspension["kind"]
+    if answer.kind not in ANSWERS_FOR.get(wait, frozenset()):
+        raise DeliveryRefused(
+            run_id, f"tool call {tool_call_id!r} waits for {_WAITS[wait]}, not {_ANSWER_NAMES[answer.kind]}", "kind"
+        )
+    given = (str(answer.kind), answer.value, answer.is_error, answer.reason)
+    existing = conn.execute(
+        text("SELECT kind, value, is_error, reason FROM tool_answers WHERE run_id = :id AND invocation_id = :inv"),
+        {"id": run_id, "inv": call.invocation_id},
+    ).one_or_none()
+    if existing is not None:
+        if tuple(existing) != given:
+            raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} was already answered otherwise", "kind")
+        return Receipt(stored=False, resumes=[])  # the same answer again: nothing to do
+    conn.execute(
+        text(
+            "INSERT INTO tool_answers (run_id, invocation_id, tool_call_id, kind, value, is_error, reason) "
+            "VALUES (:id, :inv, :call, :kind, CAST(:value AS jsonb), :is_error, :reason)"
+        ),
+        {"id": run_id, "inv": call.invocation_id, "call": tool_call_id, "kind": str(answer.kind),
+         "value": None if answer.value is None else json.dumps(answer.value), "is_error": answer.is_error,
+         "reason": answer.reason},
+    )
+    event: dict[str, Any] = {"tool_call_id": tool_call_id, "kind": wait, "answer": str(answer.kind)}
+    if answer.kind == ToolAnswerKind.APPROVE and answer.value is not None:
+        event["args"] = answer.value
+    if answer.reason is not None:
+        event["reason"] = answer.reason
+    return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
+
+
+_WAITS = {"client_tool": "a client tool's result", "outcome_unknown": "an operator's word on an unknown outcome",
+          "approval": "an approval or a rejection", "local_read": "files", "prerequisite": "a prerequisite"}
+
+
+def answer_tool_call(engine: Engine, run_id: UUID, tool_call_id: str, answer: Answer) -> Receipt:
+    """Answer a suspended call: refused with nothing stored unless the run waits for this
+    kind of answer to this call; the same answer again changes nothing."""
+    return run_transaction(
+        engine, lambda conn: answer_tool_call_txn(conn, run_id, tool_call_id, answer), name="answer_tool_call"
+    )
+
+
 def resume_if_ready_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoundResume]:
     run = conn.execute(
         text("SELECT status, boundary_seq FROM runs WHERE id = :id FOR UPDATE"), {"id": run_id}
@@ -314,6 +390,8 @@ class SuspensionMaterial:
     calls: list[SuspendedCall]
     files: dict[str, dict[str, dict[str, Any]]]  # tool_call_id -> path -> {content, digest, size_bytes}
     prerequisites: dict[str, Any]
+    answers: dict[str, Answer]  # tool_call_id -> the answer to its current wait (result or retry)
+    approvals: dict[str, Answer]  # tool_call_id -> the decision on it (approve or reject)
 
 
 def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMaterial | None:
@@ -352,7 +430,22 @@ def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMater
     prerequisites: dict[str, Any] = dict(
         conn.execute(text("SELECT key, value FROM prerequisites WHERE run_id = :id"), {"id": run_id}).all()
     )
-    return SuspensionMaterial(run_id, boundary_seq, StoredRound(**run._mapping), calls, files, prerequisites)
+    current = {c.resume.invocation_id for c in calls}
+    answers: dict[str, Answer] = {}
+    approvals: dict[str, Answer] = {}
+    for row in conn.execute(
+        text("SELECT invocation_id, tool_call_id, kind, value, is_error, reason FROM tool_answers "
+             "WHERE run_id = :id ORDER BY created_at"),
+        {"id": run_id},
+    ):
+        answer = Answer(ToolAnswerKind(row.kind), row.value, row.is_error, row.reason)
+        if answer.kind in (ToolAnswerKind.APPROVE, ToolAnswerKind.REJECT):
+            approvals[row.tool_call_id] = answer  # holds for every later execution of the call
+        elif row.invocation_id in current:
+            answers[row.tool_call_id] = answer
+    return SuspensionMaterial(
+        run_id, boundary_seq, StoredRound(**run._mapping), calls, files, prerequisites, answers, approvals
+    )
 
 
 def load_suspension(engine: Engine, invocation_id: str) -> SuspensionMaterial | None:

@@ -107,9 +107,11 @@ class WaitingFor(_Wire):
 
     tool_call_id: str
     tool_name: str
-    kind: str  # local_read | prerequisite
-    paths: list[str] | None = None
-    key: str | None = None
+    kind: str  # local_read | prerequisite | client_tool | approval | outcome_unknown
+    paths: list[str] | None = None  # local_read: the files asked for
+    key: str | None = None  # prerequisite: its key
+    args: dict[str, Any] | None = None  # client_tool, approval, outcome_unknown: the call's args
+    reason: str | None = None  # outcome_unknown: why it is not known
     delivered: bool
 
 

@@ -34,3 +34,12 @@ class ToolDomain(StrEnum):
     LOCAL = "local"
     DESKTOP = "desktop"
     PLUGIN = "plugin"
+
+
+class ToolAnswerKind(StrEnum):
+    """What someone outside said about a suspended call (``tool_answers.kind``)."""
+
+    RESULT = "result"  # what the call returned (a client tool; an operator on an unknown outcome)
+    APPROVE = "approve"
+    REJECT = "reject"
+    RETRY = "retry"  # run an at_most_once call whose outcome is unknown again, knowingly

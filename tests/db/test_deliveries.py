@@ -12,6 +12,8 @@ from uuid import UUID
 
 import pytest
 
+from runtime.errors import RequestInvalid
+from runtime.tools import ToolArgsInvalid
 from schema.store.suspensions import DeliveryRefused
 from tests.support.db import rows
 from tests.support.suspensions import (
@@ -161,7 +163,11 @@ def test_a_read_that_names_a_path_twice_can_be_delivered_or_fails_but_never_stra
     # A real model can ask this at any round; whatever the runtime does, it must not be a
     # suspension that no delivery can satisfy.
     read_files = ctx.runtime.base.tools.get("read_files")
-    if read_files.run(twice).status != "suspended":
+    try:
+        read_files.parse_args(twice)
+    except ToolArgsInvalid:  # such args never reach a suspension: the submission is refused
+        with pytest.raises(RequestInvalid, match="paths"):
+            submit(ctx, turns, ["read_files"])
         return
     run_id = submit(ctx, turns, ["read_files"])
     row = drive(ctx, run_id)

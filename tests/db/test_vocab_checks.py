@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from schema.wire import RunStatus
-from schema.wire.vocab import MessageRole, RoundOutcomeKind, ToolDomain, ToolStatus
+from schema.wire.vocab import MessageRole, RoundOutcomeKind, ToolAnswerKind, ToolDomain, ToolStatus
 
 CHECKS: dict[str, type[StrEnum]] = {
     "ck_runs_status": RunStatus,
@@ -19,6 +19,7 @@ CHECKS: dict[str, type[StrEnum]] = {
     "ck_messages_role": MessageRole,
     "ck_tool_invocations_status": ToolStatus,
     "ck_tool_invocations_tool_domain": ToolDomain,
+    "ck_tool_answers_kind": ToolAnswerKind,
 }
 
 

@@ -72,6 +72,8 @@ class State:
     model_calls: list[dict[str, Any]]
     local_reads: dict[tuple[UUID, str, str], dict[str, Any]]
     prerequisites: dict[tuple[UUID, str], Any]
+    answers: dict[tuple[UUID, str], tuple[str, Any]]  # (run, invocation id) -> (tool call id, Answer)
+    executions: dict[tuple[UUID, str], dict[str, Any]]  # (run, tool call id) -> at-most-once record
     builds: dict[UUID, dict[str, Any]]
     consumptions: dict[UUID, dict[str, Any]]
     calls: list[str]

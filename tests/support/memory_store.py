@@ -52,6 +52,8 @@ class InMemoryStore(SuspensionOps, RebuildOps):
         self.model_calls: list[dict[str, Any]] = []  # a call's id is its index + 1
         self.local_reads: dict[tuple[UUID, str, str], dict[str, Any]] = {}
         self.prerequisites: dict[tuple[UUID, str], Any] = {}
+        self.answers: dict[tuple[UUID, str], tuple[str, Any]] = {}
+        self.executions: dict[tuple[UUID, str], dict[str, Any]] = {}
         self.builds: dict[UUID, dict[str, Any]] = {}
         self.consumptions: dict[UUID, dict[str, Any]] = {}
         self.calls: list[str] = []  # every Store method called, in order (fakes record their calls)

@@ -8,9 +8,19 @@ import copy
 from typing import Any
 from uuid import UUID
 
-from schema.store.suspensions import DeliveryRefused, Receipt, SuspendedCall, SuspensionMaterial, file_digest
+from schema.store.effects import ExecutionRecord
+from schema.store.suspensions import (
+    ANSWERS_FOR,
+    Answer,
+    DeliveryRefused,
+    Receipt,
+    SuspendedCall,
+    SuspensionMaterial,
+    file_digest,
+)
 from schema.wire import OriginalToolRoundResume
 from schema.wire.claim import StoredRound
+from schema.wire.vocab import ToolAnswerKind
 from tests.support.memory_state import RunRow, State, as_json
 
 
@@ -33,7 +43,9 @@ class SuspensionOps(State):
         if suspension["kind"] == "local_read":
             got = [k for k in self.local_reads if k[:2] == (ti["run_id"], ti["tool_call_id"])]
             return len(got) == len(suspension["paths"])
-        return (ti["run_id"], suspension["key"]) in self.prerequisites
+        if suspension["kind"] == "prerequisite":
+            return (ti["run_id"], suspension["key"]) in self.prerequisites
+        return (ti["run_id"], ti["invocation_id"]) in self.answers
 
     @staticmethod
     def _resume_of(run_id: UUID, boundary_seq: int, c: dict[str, Any]) -> OriginalToolRoundResume:
@@ -104,9 +116,66 @@ class SuspensionOps(State):
                 if run == run_id:
                     files.setdefault(call, {})[path] = dict(r)
             prerequisites = {k: copy.deepcopy(v) for (run, k), v in self.prerequisites.items() if run == run_id}
+            current = {c.resume.invocation_id for c in calls}
+            answers: dict[str, Answer] = {}
+            approvals: dict[str, Answer] = {}
+            for (run, invocation_id), (call_id, answer) in self.answers.items():
+                if run != run_id:
+                    continue
+                if answer.kind in (ToolAnswerKind.APPROVE, ToolAnswerKind.REJECT):
+                    approvals[call_id] = answer
+                elif invocation_id in current:
+                    answers[call_id] = answer
             return SuspensionMaterial(
-                run_id, boundary_seq, StoredRound(**stored["stored"]), calls, files, prerequisites
+                run_id, boundary_seq, StoredRound(**stored["stored"]), calls, files, prerequisites, answers, approvals
             )
+
+    def answer_tool_call(self, run_id: UUID, tool_call_id: str, answer: Answer) -> Receipt:
+        """An answer to a suspended call (the happy path of the real one, and its kind check)."""
+        with self._lock:
+            run = self.runs[run_id]
+            call = next((c for c in self._suspended_calls(run_id) if c["tool_call_id"] == tool_call_id), None)
+            if call is None:
+                raise DeliveryRefused(run_id, f"it is not waiting for tool call {tool_call_id!r}", "tool_call_id")
+            if answer.kind not in ANSWERS_FOR.get(call["suspension"]["kind"], frozenset()):
+                raise DeliveryRefused(run_id, f"{tool_call_id!r} waits for another kind of answer", "kind")
+            key = (run_id, call["invocation_id"])
+            if key in self.answers:
+                return Receipt(stored=False, resumes=[])
+            self.answers[key] = (tool_call_id, copy.deepcopy(answer))
+            event = {"tool_call_id": tool_call_id, "kind": call["suspension"]["kind"], "answer": str(answer.kind)}
+            return Receipt(stored=True, resumes=self._ready_resumes(run, event, "input_delivered"))
+
+    # --- at-most-once records (schema.store.effects) --------------------------------------
+
+    def start_tool_execution(
+        self, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, again: bool
+    ) -> ExecutionRecord | None:
+        with self._lock:
+            self.calls.append("start_tool_execution")
+            self._held(run_id, fence)
+            record = self.executions.get((run_id, tool_call_id))
+            if record is not None and not again:
+                return ExecutionRecord(record["status"], copy.deepcopy(record["result"]), record["executions"])
+            executions = record["executions"] + 1 if record else 1
+            self.executions[(run_id, tool_call_id)] = {
+                "boundary_seq": boundary_seq, "claim_fence": fence, "executions": executions,
+                "status": None, "result": None,
+            }
+            return None
+
+    def finish_tool_execution(
+        self, run_id: UUID, tool_call_id: str, fence: int, status: str | None, result: object
+    ) -> None:
+        with self._lock:
+            self.calls.append("finish_tool_execution")
+            record = self.executions.get((run_id, tool_call_id))
+            if record is None or record["claim_fence"] != fence:
+                return
+            if status is None:
+                del self.executions[(run_id, tool_call_id)]
+            else:
+                record.update(status=status, result=as_json(result))
 
     def deliver_local_read(
         self, run_id: UUID, tool_call_id: str, files: dict[str, str], *, max_file_bytes: int = 1 << 20

@@ -28,7 +28,9 @@ from runtime.deps import BaseDeps, Runtime
 from runtime.loop import MAX_ROUNDS_EXCEEDED, Continue, Fail, Finish, RunState, drive_react_loop
 from runtime.models.scripted import ScriptedModel
 from runtime.prepare import resolve_and_run
-from runtime.tools import EchoArgs, Tool, ToolDomain, builtin_registry
+from runtime.tools import Tool, builtin_registry
+from runtime.tools.builtin import EchoArgs
+from schema.wire.vocab import ToolDomain
 from tests.support.fakes import RecordingFactory, deps_for
 from tests.support.requests import scripted_request
 
@@ -320,7 +322,7 @@ def test_loop_same_args_with_changing_results_do_not_trip() -> None:
     counter = itertools.count()
     raw = _with_limit(scripted_request([ECHO] * 6 + [{"content": "ok"}], tools=("echo",)), 2)
     deps = deps_for(raw)
-    changing = Tool("echo", "echo plus a counter", EchoArgs, ToolDomain.SDK,
+    changing = Tool.of_model("echo", "echo plus a counter", EchoArgs, ToolDomain.SDK,
                     lambda a, *_: {**a.model_dump(), "seq": next(counter)})
     results = _drive(dataclasses.replace(deps, tools={"echo": changing}))
     assert [r.repeat_count for r in results] == [1] * 6 + [0]

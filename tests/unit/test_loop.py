@@ -19,7 +19,7 @@ from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.base import ModelResponse
 from runtime.models.scripted import ScriptedModel
 from runtime.outcomes import RebuildRequired
-from runtime.tools import ToolDomain
+from schema.wire.vocab import ToolDomain
 from tests.support.fakes import CountingModel, FixedModel, RaisingModel, RecordingHooks, calls, deps_for, replay_chain
 from tests.support.requests import example_request, scripted_request
 
@@ -280,7 +280,8 @@ def test_a_model_calling_a_tool_not_enabled_gets_a_failed_tool_unknown_result_an
     assert inv.result["error"]["code"] == "TOOL_UNKNOWN"
     assert "sleep" in inv.result["error"]["message"]
     tool_msg = r0.new_messages[-1].message
-    assert tool_msg == tool_message(ToolCall("call_0_0", "sleep", {"seconds": 0}), inv.result)
+    # Marked as an error, so a provider with the notion (Anthropic's is_error) is told.
+    assert tool_msg == tool_message(ToolCall("call_0_0", "sleep", {"seconds": 0}), inv.result, is_error=True)
     assert r0.events[-1].data["status"] == "failed"
 
     r1 = drive_react_loop(deps, state.after(r0))

@@ -10,8 +10,11 @@ import pytest
 
 from runtime.errors import ToolFailed
 from runtime.messages import Message, ToolCall, tool_message, user_message
-from runtime.tools import BUILTIN_TOOLS, AddArgs, Tool, ToolDomain, ToolRegistry, builtin_registry
+from runtime.tools import BUILTIN_TOOLS, Tool, ToolArgsInvalid, ToolRegistry, builtin_registry
+from runtime.tools.builtin import AddArgs
 from schema.wire import RunEvent
+from schema.wire.vocab import ToolDomain
+from tests.support.tools import tool_context
 
 
 def test_messages_round_trip_through_their_stored_form() -> None:
@@ -63,9 +66,9 @@ def test_a_tool_failed_from_the_handler_is_a_failed_result_with_its_code() -> No
     def handler(args: AddArgs, inputs: object) -> dict[str, float]:
         raise ToolFailed("nope")
 
-    tool = Tool("bad", "fails", AddArgs, ToolDomain.LOCAL, handler)
+    tool = Tool.of_model("bad", "fails", AddArgs, ToolDomain.LOCAL, handler)
     assert ToolRegistry([tool]).get("bad") is tool
-    outcome = tool.run({"a": 1, "b": 2})
+    outcome = tool.run(tool.parse_args({"a": 1, "b": 2}), tool_context())
     assert (outcome.status, outcome.result) == ("failed", {"error": {"code": "TOOL_FAILED", "message": "nope"}})
 
 
@@ -73,9 +76,9 @@ def test_add_at_run_time_is_lax_but_preparation_is_strict() -> None:
     add = builtin_registry().get("add")
     assert add is not None
 
-    outcome = add.run({"a": "2", "b": 3})
+    outcome = add.run(add.parse_args({"a": "2", "b": 3}), tool_context())
     assert (outcome.status, outcome.result) == ("completed", {"sum": 5.0})
-    with pytest.raises(ValueError):
+    with pytest.raises(ToolArgsInvalid):
         add.parse_args({"a": "2", "b": 3}, strict=True)
 
 

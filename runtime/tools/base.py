@@ -1,0 +1,379 @@
+"""A tool: a name, the JSON schema of its args (what the model sees), a domain, an effect
+and a handler; and what a handler is given (``ToolContext``) and may return.
+
+A tool's args are validated either by a pydantic model (built-in tools and ``@tool``
+functions) or by a JSON schema (MCP tools, client tools). A handler gets the validated
+args and a ``ToolContext``; it may be sync or ``async``. A tool's exception becomes a
+``failed`` result the model sees, never a crashed round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, Literal
+from uuid import UUID
+
+from jsonschema import Draft202012Validator
+from jsonschema import ValidationError as SchemaError
+from pydantic import BaseModel, ValidationError
+
+from runtime.canonical import JSON
+from runtime.errors import ToolFailed
+from schema.wire.retry import RetryPolicy, backoff_s
+from schema.wire.vocab import ToolAnswerKind, ToolDomain, ToolStatus
+
+
+class ToolEffect(StrEnum):
+    """What running a tool twice does. ``read_only`` and ``idempotent`` calls are simply
+    re-run after a crash; an ``at_most_once`` call is never started twice without an
+    operator's say (its start is recorded before the handler runs)."""
+
+    READ_ONLY = "read_only"
+    IDEMPOTENT = "idempotent"
+    AT_MOST_ONCE = "at_most_once"
+
+
+# --- what a suspended call waits for ------------------------------------------------------
+
+SuspensionKind = Literal["local_read", "prerequisite", "client_tool", "approval", "outcome_unknown"]
+
+
+@dataclass(frozen=True)
+class ToolSuspension:
+    """What a suspended tool call waits for: files from the end user's machine
+    (``local_read`` with ``paths``), a prerequisite resolved by the client (``key``), the
+    result of a client-side tool (``client_tool``), a human's decision (``approval``), or
+    an operator's word on an ``at_most_once`` call whose outcome is unknown."""
+
+    kind: SuspensionKind
+    paths: tuple[str, ...] = ()
+    key: str | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"kind": self.kind}
+        if self.kind == "local_read":
+            body["paths"] = list(self.paths)
+        elif self.kind == "prerequisite":
+            body["key"] = self.key
+        if self.reason is not None:
+            body["reason"] = self.reason
+        return body
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolSuspension:
+        return cls(
+            kind=data["kind"], paths=tuple(data.get("paths", ())), key=data.get("key"), reason=data.get("reason")
+        )
+
+
+class NeedsInput(Exception):
+    """Raised inside a handler (by ``ToolContext.read`` / ``prerequisite``) when the input
+    is not there yet: the call suspends."""
+
+    def __init__(self, suspension: ToolSuspension) -> None:
+        super().__init__(suspension.kind)
+        self.suspension = suspension
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str
+    content: str
+    digest: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    """What someone outside said about one suspended call: its result (a client tool, or
+    an operator for an outcome that was unknown), an approval (maybe with edited args),
+    a rejection with its reason, or "run it again" (``retry``)."""
+
+    kind: ToolAnswerKind
+    value: JSON = None  # the result, or the edited args of an approval
+    is_error: bool = False
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolInputs:
+    """Inputs delivered for one tool call and for its run. Empty on a call's first
+    execution. ``answer`` is the answer to the call's current wait (a result, or
+    ``retry``); ``approval`` is the decision on the call (``approve`` or ``reject``), which
+    holds for every later execution of it."""
+
+    files: Mapping[str, LocalFile] = field(default_factory=dict)
+    prerequisites: Mapping[str, JSON] = field(default_factory=dict)
+    answer: ToolAnswer | None = None
+    approval: ToolAnswer | None = None
+
+    def read(self, paths: Sequence[str]) -> list[LocalFile]:
+        """The delivered files, or suspend the call until they are delivered."""
+        if not paths or any(p not in self.files for p in paths):
+            raise NeedsInput(ToolSuspension("local_read", paths=tuple(paths)))
+        return [self.files[p] for p in paths]
+
+    def prerequisite(self, key: str) -> JSON:
+        if key not in self.prerequisites:
+            raise NeedsInput(ToolSuspension("prerequisite", key=key))
+        return self.prerequisites[key]
+
+
+NO_INPUTS = ToolInputs()
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a handler knows about the call it serves.
+
+    ``idempotency_key`` is the same on every execution of this call (a retry, a round
+    re-executed after a crash, an operator's ``retry-tool``) and different for every other
+    call: pass it to the system the tool changes. ``attempt`` counts the handler's starts
+    for this call in this execution (1 first). ``deadline`` is a ``time.time()`` instant.
+    """
+
+    run_id: UUID
+    boundary_seq: int
+    tool_call_id: str
+    attempt: int
+    owner: str
+    idempotency_key: str
+    deadline: float
+    inputs: ToolInputs = NO_INPUTS
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.deadline - time.time())
+
+    def read(self, paths: Sequence[str]) -> list[LocalFile]:
+        return self.inputs.read(paths)
+
+    def prerequisite(self, key: str) -> JSON:
+        return self.inputs.prerequisite(key)
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A result whose model-context form differs from what is stored: a durable local
+    read stores a placeholder, and the model sees the file bodies."""
+
+    result: JSON
+    context: JSON
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    status: ToolStatus
+    result: JSON  # what is stored (None while suspended)
+    context: JSON  # what the model's context shows
+    suspension: ToolSuspension | None = None
+
+    @classmethod
+    def failed(cls, code: str, message: str) -> ToolOutcome:
+        result = {"error": {"code": code, "message": message}}
+        return cls(ToolStatus.FAILED, result, result)
+
+    @classmethod
+    def suspended(cls, suspension: ToolSuspension) -> ToolOutcome:
+        return cls(ToolStatus.SUSPENDED, None, None, suspension)
+
+    @classmethod
+    def completed(cls, output: JSON | ToolOutput) -> ToolOutcome:
+        if isinstance(output, ToolOutput):
+            return cls(ToolStatus.COMPLETED, output.result, output.context)
+        return cls(ToolStatus.COMPLETED, output, output)
+
+
+@dataclass(frozen=True)
+class PriorExecution:
+    """An ``at_most_once`` call that was started before, under an earlier claim: what it
+    recorded (``status`` and ``result``), or ``status`` None when its end was never
+    recorded (the worker died or lost its claim while it ran)."""
+
+    status: ToolStatus | None
+    result: JSON = None
+
+
+TOOL_BACKOFF = RetryPolicy(base_s=0.2, cap_s=5.0)
+
+
+@dataclass(frozen=True)
+class ToolRetry:
+    """A handler's retries as data: ``attempts`` counts the first try; only exceptions of
+    the ``retry_on`` types are retried, after the system's one backoff."""
+
+    attempts: int = 1
+    retry_on: tuple[type[BaseException], ...] = ()
+    backoff: RetryPolicy = field(default_factory=lambda: TOOL_BACKOFF)
+
+
+NO_RETRY = ToolRetry()
+TOOL_ARGS_INVALID = "TOOL_ARGS_INVALID"
+TOOL_ERROR = "TOOL_ERROR"
+TOOL_TIMEOUT = "TOOL_TIMEOUT"
+MAX_ERROR_MESSAGE = 2000
+# Handlers with a timeout run here, so the round can stop waiting for one (a thread cannot
+# be stopped: it finishes in the background and its result is dropped).
+_TIMED = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="aidawork-tool")
+
+
+class ToolArgsInvalid(Exception):
+    """Args that do not match the tool's schema; ``loc`` is where (keys and indexes)."""
+
+    def __init__(self, loc: Sequence[str | int], message: str) -> None:
+        self.loc = tuple(loc)
+        self.path = ".".join(str(p) for p in self.loc)
+        self.message = message
+        super().__init__(f"{self.path}: {message}")
+
+
+class ToolTimedOut(Exception):
+    pass
+
+
+Handler = Callable[[Any, ToolContext], Any]
+Verify = Callable[[Any, ToolContext], Any]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """``handler(args, ctx)`` gets the args validated by ``args_model`` (a model instance)
+    or by ``parameters`` (a dict) when there is no model. ``verify(args, ctx)``, for an
+    ``at_most_once`` tool, tells what an execution whose end was not recorded did: its
+    result, or ``None`` when it cannot tell."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    domain: ToolDomain
+    handler: Handler
+    effect: ToolEffect = ToolEffect.IDEMPOTENT
+    args_model: type[BaseModel] | None = None
+    timeout_s: float | None = None
+    retry: ToolRetry = NO_RETRY
+    verify: Verify | None = None
+
+    @classmethod
+    def of_model(
+        cls, name: str, description: str, args_model: type[BaseModel], domain: ToolDomain, handler: Handler, **kw: Any
+    ) -> Tool:
+        return cls(name, description, args_model.model_json_schema(), domain, handler, args_model=args_model, **kw)
+
+    def spec(self) -> dict[str, Any]:
+        """What the model is shown: name, description and the JSON schema of the args."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters,
+                "domain": str(self.domain)}
+
+    def parse_args(self, args: Mapping[str, Any], *, strict: bool = False) -> Any:
+        """The args as the handler takes them, or ``ToolArgsInvalid`` naming the field."""
+        if self.args_model is not None:
+            try:
+                return self.args_model.model_validate(dict(args), strict=strict)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                raise ToolArgsInvalid(err["loc"], err["msg"]) from None
+        error = next(iter(Draft202012Validator(self.parameters).iter_errors(dict(args))), None)
+        if error is not None:
+            raise ToolArgsInvalid(list(error.absolute_path), _schema_message(error))
+        return dict(args)
+
+    def run(self, args: Any, ctx: ToolContext) -> ToolOutcome:
+        """Run the handler on parsed ``args``, with the tool's timeout and retries. A
+        failure the model should see (a ``ToolFailed``, any other exception, a timeout) is a
+        ``failed`` outcome; missing input is a ``suspended`` one. A timeout raises
+        ``ToolTimedOut`` for an ``at_most_once`` tool: whether it happened is unknown."""
+        attempt = 1
+        while True:
+            try:
+                return ToolOutcome.completed(self._call(self.handler, args, ctx))
+            except NeedsInput as need:
+                return ToolOutcome.suspended(need.suspension)
+            except ToolFailed as exc:
+                return ToolOutcome.failed(exc.code, exc.message)
+            except ToolTimedOut:
+                if self.effect == ToolEffect.AT_MOST_ONCE:
+                    raise
+                return ToolOutcome.failed(TOOL_TIMEOUT, f"the tool did not finish within {self.timeout_s} s")
+            except Exception as exc:
+                if attempt < self.retry.attempts and isinstance(exc, self.retry.retry_on):
+                    time.sleep(min(backoff_s(attempt, self.retry.backoff), ctx.remaining_s()))
+                    attempt += 1
+                    ctx = _with_attempt(ctx, ctx.attempt + 1)
+                    continue
+                return ToolOutcome.failed(TOOL_ERROR, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_MESSAGE])
+
+    def check(self, args: Any, ctx: ToolContext) -> JSON | None:
+        """The ``verify`` hook's answer (None: it cannot tell, or there is no hook)."""
+        if self.verify is None:
+            return None
+        try:
+            result: JSON | None = self._call(self.verify, args, ctx)
+            return result
+        except Exception:
+            return None
+
+    def _call(self, fn: Callable[..., Any], args: Any, ctx: ToolContext) -> Any:
+        if self.timeout_s is None:
+            return _finish(fn(args, ctx))
+        future = _TIMED.submit(lambda: _finish(fn(args, ctx)))
+        try:
+            return future.result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise ToolTimedOut() from None
+
+
+def _finish(value: Any) -> Any:
+    """An ``async`` handler's coroutine run to its end (the calling thread has no loop)."""
+    if inspect.isawaitable(value):
+        async def wait() -> Any:
+            return await value
+
+        return asyncio.run(wait())
+    return value
+
+
+def _with_attempt(ctx: ToolContext, attempt: int) -> ToolContext:
+    return replace(ctx, attempt=attempt)
+
+
+def _schema_message(error: SchemaError) -> str:
+    return str(error.message)[:500]
+
+
+def check_parameters_schema(schema: object) -> str | None:
+    """Why ``schema`` is not a usable JSON schema of a tool's args (an object schema), or None."""
+    if not isinstance(schema, dict):
+        return "must be a JSON Schema object"
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return f"is not a valid JSON Schema: {_schema_message(exc)}"
+    if schema.get("type", "object") != "object":
+        return "must describe an object (\"type\": \"object\")"
+    return None
+
+
+class ToolRegistry:
+    """Every tool this process can run, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)

@@ -9,10 +9,12 @@ PYTHON ?= python3
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml examples/plugin/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	# The example plugin (examples/plugin): the demo and the tests use its tools.
+	$(PY) -m pip install -q -e examples/plugin
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install the project with its dev tools

@@ -3,10 +3,13 @@ strictly from the run request's ``config`` object."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, Union
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+
+from runtime.tools.base import check_parameters_schema
 
 MAX_SCRIPT_TURNS = 10_000
 
@@ -157,8 +160,51 @@ class AnthropicModelConfig(_HttpModelConfig):
 ModelConfig = Annotated[ScriptedModelConfig | OpenAIModelConfig | AnthropicModelConfig, Field(discriminator="provider")]
 
 
+TOOL_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+
+
+class ClientToolSpec(_Frozen):
+    """A tool that runs in the upstream service or on the end user's machine: the model
+    sees it like any tool, and a call suspends the round until its result is sent back
+    (``tool-result``)."""
+
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str = Field(default="", max_length=10_000)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    @field_validator("parameters")
+    @classmethod
+    def _a_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = check_parameters_schema(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
 class TurnConfig(_Frozen):
     model: ModelConfig
     system_prompt: str = Field(default="", max_length=200_000)
     tools: list[str] = Field(default_factory=list, max_length=128)
+    client_tools: list[ClientToolSpec] = Field(default_factory=list, max_length=128)
     policy: Policy = Field(default_factory=Policy)
+
+    @field_validator("client_tools")
+    @classmethod
+    def _distinct_names(cls, value: list[ClientToolSpec]) -> list[ClientToolSpec]:
+        names = [t.name for t in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"client tool names must be unique: {', '.join(twice)} given twice")
+        return value
+
+
+def turn_config_with(providers: Sequence[type[BaseModel]]) -> type[TurnConfig]:
+    """``TurnConfig`` whose ``model`` may also be one of plugins' provider configs (each
+    with its own ``provider: Literal[...]`` tag), validated at submit time like the
+    built-ins."""
+    if not providers:
+        return TurnConfig
+    members: tuple[Any, ...] = (ScriptedModelConfig, OpenAIModelConfig, AnthropicModelConfig, *providers)
+    union: Any = Union.__getitem__(members)
+    model_type: Any = Annotated[union, Field(discriminator="provider")]
+    return create_model("TurnConfig", __base__=TurnConfig, model=(model_type, ...))

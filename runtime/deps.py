@@ -7,21 +7,23 @@ contexts), so a test can swap one without rebuilding the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.canonical import digest
-from runtime.config import TurnConfig
+from runtime.config import ClientToolSpec, TurnConfig, turn_config_with
 from runtime.memory import ContextCache
 from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelClient
 from runtime.models.keys import ModelKeys
 from runtime.models.openai_compat import OpenAIProvider
 from runtime.models.scripted import ScriptedModel
+from runtime.plugins import Plugins
 from runtime.proofs import ProofAuthority
 from runtime.run_deps import OrchestratorDeps
-from runtime.tools import Tool, ToolRegistry, builtin_registry
+from runtime.tools import NeedsInput, Tool, ToolContext, ToolRegistry, ToolSuspension, builtin_registry
+from schema.wire.vocab import ToolDomain
 
 __all__ = ["OrchestratorDeps"]  # re-exported: composed here, defined apart (no cycle with the cache)
 
@@ -51,6 +53,8 @@ class BaseDeps:
     model_providers: Mapping[str, ModelFactory]
     tools: ToolRegistry
     proofs: ProofAuthority = field(default_factory=lambda: ProofAuthority(DEV_SECRET))
+    # What a run's ``config`` is parsed as: ``TurnConfig``, with plugins' providers if any.
+    turn_config: type[TurnConfig] = TurnConfig
 
 
 @dataclass(frozen=True)
@@ -64,15 +68,36 @@ def build_runtime(
     secret: bytes = DEV_SECRET,
     memory_capacity: int = 1024,
     model_keys: ModelKeys | None = None,
+    plugins: Plugins | None = None,
+    toolsets: Sequence[Tool] = (),
 ) -> Runtime:
+    """The process's runtime: the built-in tools and providers, plus what ``plugins``
+    registered, plus ``toolsets`` (tools of other sources, such as MCP servers)."""
+    plugins = plugins or Plugins()
+    providers: dict[str, ModelFactory] = {**default_model_providers(model_keys)}
+    providers.update({name: p.factory for name, p in plugins.providers.items()})
+    tools = builtin_registry()
+    for tool in (*plugins.tools, *toolsets):
+        tools.register(tool)
     return Runtime(
         base=BaseDeps(
-            model_providers=default_model_providers(model_keys),
-            tools=builtin_registry(),
+            model_providers=providers,
+            tools=tools,
             proofs=ProofAuthority(secret),
+            turn_config=turn_config_with([p.config_model for p in plugins.providers.values()]),
         ),
         contexts=ContextCache(capacity=memory_capacity),
     )
+
+
+def _ask_client(args: Any, ctx: ToolContext) -> Any:
+    raise NeedsInput(ToolSuspension("client_tool"))
+
+
+def client_tool(spec: ClientToolSpec) -> Tool:
+    """A run's client-side tool: every call waits for its result from outside (a call that
+    has its answer never reaches the handler)."""
+    return Tool(spec.name, spec.description, spec.parameters, ToolDomain.LOCAL, _ask_client)
 
 
 def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> OrchestratorDeps:
@@ -85,6 +110,8 @@ def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> Orche
         if tool is None:
             raise KeyError(name)
         tools[name] = tool
+    for spec in turn_config.client_tools:
+        tools[spec.name] = client_tool(spec)
     specs = tuple(tool.spec() for tool in tools.values())
     return OrchestratorDeps(
         model=factory(turn_config.model, owner),

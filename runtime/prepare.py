@@ -10,29 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 from uuid import UUID
 
 from pydantic import ValidationError
 
 from runtime.canonical import join_path, require_json
-from runtime.config import ModelConfig, ScriptedModelConfig, TurnConfig
-from runtime.deps import OrchestratorDeps, Runtime, compose_deps
+from runtime.config import ScriptedModelConfig, TurnConfig
+from runtime.deps import OrchestratorDeps, Runtime, client_tool, compose_deps
 from runtime.errors import RequestInvalid
 from runtime.loop import InProcessRun, orchestrate
 from runtime.state import RunState
 from runtime.tools import ToolArgsInvalid
 from schema.wire import RunRequest
-
-
-def _provider_tags() -> frozenset[str]:
-    """The ``provider`` values of the model config union (its discriminator tags)."""
-    union = get_args(ModelConfig)[0]
-    members = get_args(union) or (union,)
-    return frozenset(tag for m in members for tag in get_args(m.model_fields["provider"].annotation))
-
-
-MODEL_PROVIDERS = _provider_tags()
 
 
 @dataclass(frozen=True)
@@ -54,15 +44,17 @@ def invalid_from(exc: ValidationError, prefix: str = "") -> RequestInvalid:
     loc = list(err["loc"])
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         loc.append("provider")
-    # A discriminated union puts the tag in the path (model.scripted.turns); drop it.
-    if len(loc) >= 2 and loc[0] == "model" and isinstance(loc[1], str) and loc[1] in MODEL_PROVIDERS:
+    # A discriminated union puts the tag in the path (model.scripted.turns); drop it (a
+    # plugin's provider tag too: the segment after ``model`` is never a field name).
+    tag_error = err["type"] in ("union_tag_invalid", "union_tag_not_found")
+    if len(loc) >= 2 and loc[0] == "model" and isinstance(loc[1], str) and not tag_error:
         del loc[1]
     return RequestInvalid(format_loc(loc, prefix), err["msg"])
 
 
-def parse_turn_config(config: Mapping[str, Any]) -> TurnConfig:
+def parse_turn_config(config: Mapping[str, Any], model: type[TurnConfig] = TurnConfig) -> TurnConfig:
     try:
-        return TurnConfig.model_validate(dict(config))
+        return model.model_validate(dict(config))
     except ValidationError as exc:
         raise invalid_from(exc, "config") from None
 
@@ -70,7 +62,7 @@ def parse_turn_config(config: Mapping[str, Any]) -> TurnConfig:
 def prepare_turn(runtime: Runtime, config: Mapping[str, Any], owner: str) -> PreparedExecution:
     """The run's config checked against what this process has (providers, tools, and the
     keys and base URLs ``owner`` may use), and its deps composed."""
-    turn_config = parse_turn_config(config)
+    turn_config = parse_turn_config(config, runtime.base.turn_config)
     registry = runtime.base.tools
     if turn_config.model.provider not in runtime.base.model_providers:
         raise RequestInvalid("config.model.provider", f"unknown model provider {turn_config.model.provider!r}")
@@ -82,6 +74,11 @@ def prepare_turn(runtime: Runtime, config: Mapping[str, Any], owner: str) -> Pre
         if name in seen:
             raise RequestInvalid(f"config.tools[{i}]", f"tool {name!r} is listed twice")
         seen.add(name)
+    for i, spec in enumerate(turn_config.client_tools):
+        if registry.get(spec.name) is not None:
+            raise RequestInvalid(
+                f"config.client_tools[{i}].name", f"{spec.name!r} is the name of a server tool; pick another"
+            )
     if isinstance(turn_config.model, ScriptedModelConfig):
         _check_script(runtime, turn_config)
     return PreparedExecution(turn_config=turn_config, deps=compose_deps(runtime, turn_config, owner))
@@ -89,13 +86,15 @@ def prepare_turn(runtime: Runtime, config: Mapping[str, Any], owner: str) -> Pre
 
 def _check_script(runtime: Runtime, turn_config: TurnConfig) -> None:
     assert isinstance(turn_config.model, ScriptedModelConfig)
-    enabled = set(turn_config.tools)
+    enabled = set(turn_config.tools) | {t.name for t in turn_config.client_tools}
+    tools = {**{n: runtime.base.tools.get(n) for n in turn_config.tools},
+             **{t.name: client_tool(t) for t in turn_config.client_tools}}
     for t, turn in enumerate(turn_config.model.turns):
         for c, call in enumerate(turn.tool_calls or ()):
             where = f"config.model.turns[{t}].tool_calls[{c}]"
             if call.name not in enabled:
                 raise RequestInvalid(f"{where}.name", f"tool {call.name!r} is not enabled in config.tools")
-            tool = runtime.base.tools.get(call.name)
+            tool = tools.get(call.name)
             assert tool is not None
             try:
                 tool.parse_args(call.args, strict=True)

@@ -19,11 +19,12 @@ from sqlalchemy.exc import OperationalError
 
 from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
 from runtime.errors import AidaworkError, RequestInvalid
+from runtime.plugins import PluginError, process_plugins
 from schema.store.errors import RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused
 from schema.wire import RunEvent
 from worker.logging import configure_logging
-from worker.settings import SettingsError, get_settings
+from worker.settings import Settings, SettingsError, get_settings
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
 CLIENT_COMMANDS = frozenset({"submit", "status", "watch", "cancel", "deliver", "resolve"})
@@ -318,6 +319,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _prepare_process(command: str, settings: Settings) -> str | None:
+    """Load the plugins (so one that cannot load stops the process before it starts) and
+    check the secret of the processes that sign; what is wrong, or None."""
+    plugins = process_plugins(settings.plugin_names)
+    if plugins.loaded and command not in CLIENT_COMMANDS:
+        structlog.get_logger("aidawork.cli").info("plugins_loaded", plugins=plugins.loaded)
+    if command in SECRET_COMMANDS:
+        problem = settings.secret_problem()
+        if problem is not None:
+            return problem
+        if settings.secret_key is None:
+            structlog.get_logger("aidawork.cli").warning(
+                "secret_key_missing", detail="AIDAWORK_DEV is set: round proofs use the public development secret"
+            )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -327,17 +345,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_logging("WARNING")
         else:
             configure_logging(settings.log_level)
-        if args.command in SECRET_COMMANDS:
-            problem = settings.secret_problem()
-            if problem is not None:
-                return _err(problem, EXIT_INPUT)
-            if settings.secret_key is None:
-                structlog.get_logger("aidawork.cli").warning(
-                    "secret_key_missing", detail="AIDAWORK_DEV is set: round proofs use the public development secret"
-                )
+        problem = _prepare_process(args.command, settings)
+        if problem is not None:
+            return _err(problem, EXIT_INPUT)
         return int(args.fn(args))
     except SettingsError as exc:
         return _err(str(exc), EXIT_INPUT)
+    except PluginError as exc:
+        return _err(f"{exc.code}: {exc.message} (AIDAWORK_PLUGINS or an aidawork.plugins entry point)", EXIT_INPUT)
     except (RunNotFound, DeliveryRefused) as exc:
         return _err(exc.message, EXIT_INPUT)
     except RequestInvalid as exc:  # a delivery or prerequisite no store can hold

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from runtime.deps import DEV_SECRET, Runtime, build_runtime
 from runtime.models.keys import ModelKeys, NamedKey
+from runtime.plugins import process_plugins
 from schema.store.store import Store
 from schema.store.tx import make_engine
 from worker.app import Dispatcher, app_for
@@ -67,6 +68,7 @@ def runtime_for(settings: Settings) -> Runtime:
             named={n: NamedKey(k, frozenset(o)) for n, (k, o) in settings.named_model_keys.items()},
             base_urls=tuple(settings.model_base_urls),
         ),
+        plugins=process_plugins(settings.plugin_names),
     )
 
 

@@ -16,7 +16,7 @@ from runtime.models.keys import ANY_OWNER, clean_key
 from schema.wire import RunRequest
 
 ENV_PREFIX = "AIDAWORK_"
-FAILPOINTS = frozenset({"after_claim", "after_model_call", "after_commit", "after_enqueue"})
+FAILPOINTS = frozenset({"after_claim", "after_model_call", "in_tool_call", "after_commit", "after_enqueue"})
 MIN_API_TOKEN_CHARS = 16
 # An API token's owner is stored as runs.owner: the same rules as a run request's owner.
 _OWNER = TypeAdapter(Annotated[str, RunRequest.model_fields["owner"]])
@@ -93,6 +93,10 @@ class Settings(BaseSettings):
     # Behind PgBouncer in transaction pooling mode: no server-side prepared statements.
     database_pgbouncer: bool = False
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    # Plugins to load at start, a comma-separated list of importable modules (more are
+    # found through the ``aidawork.plugins`` entry points of installed packages). Every
+    # process of a deployment (worker, API, CLI, client) needs the same list.
+    plugins: str = ""
     # Test-only crash injection: comma-separated names from FAILPOINTS, each optionally
     # scoped to the runs of one owner (``after_model_call@team-poison``). Empty in production.
     failpoints: str = ""
@@ -216,6 +220,10 @@ class Settings(BaseSettings):
                 "the same random value of at least 16 characters (or set AIDAWORK_DEV=1 for local development)"
             )
         return None
+
+    @property
+    def plugin_names(self) -> list[str]:
+        return [p.strip() for p in self.plugins.split(",") if p.strip()]
 
     @property
     def failpoint_set(self) -> frozenset[str]:

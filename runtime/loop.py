@@ -347,6 +347,7 @@ def with_call_projection(
         invocation_id=invocation_id_for(state, invocation.call),
         work_owner=state.work_owner,
         round_proof=round_proof,
+        suspension_digest=invocation.suspension.digest() if invocation.suspension else "",
     )
     return replace(invocation, projection=projection)
 

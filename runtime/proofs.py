@@ -61,6 +61,9 @@ class OwnedToolCallProjection:
     invocation_id: str
     work_owner: str
     round_proof: str
+    # What the call waits for (``ToolSuspension.digest``): a stored suspension altered into
+    # another kind (to answer an unknown outcome as a client tool, say) does not verify.
+    suspension_digest: str
     proof: str
 
     def fields(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from jsonschema import Draft202012Validator
 from jsonschema import ValidationError as SchemaError
 from pydantic import BaseModel, ValidationError
 
-from runtime.canonical import JSON
+from runtime.canonical import JSON, digest
 from runtime.errors import ToolFailed
 from schema.wire.retry import RetryPolicy, backoff_s
 from schema.wire.vocab import ToolAnswerKind, ToolDomain, ToolStatus
@@ -65,6 +65,9 @@ class ToolSuspension:
         if self.reason is not None:
             body["reason"] = self.reason
         return body
+
+    def digest(self) -> str:
+        return digest(self.to_json())
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ToolSuspension:

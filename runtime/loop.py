@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import UUID
 
 from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL, CountedCall, RepeatedToolCallBreaker
@@ -45,7 +45,6 @@ from runtime.tools import (
     TOOL_ARGS_INVALID,
     PriorExecution,
     Tool,
-    ToolAnswer,
     ToolArgsInvalid,
     ToolContext,
     ToolEffect,
@@ -285,16 +284,6 @@ def _tool_outcome(
 ANSWERED_KINDS = frozenset({"client_tool", "approval", "outcome_unknown"})
 
 
-def approval_json(approval: ToolAnswer) -> dict[str, Any]:
-    """A decision on a call as its events and round record show it."""
-    body: dict[str, Any] = {"decision": approval.kind}
-    if approval.value is not None:
-        body["args"] = approval.value
-    if approval.reason is not None:
-        body["reason"] = approval.reason
-    return body
-
-
 UNKNOWN_AFTER_CRASH = "an earlier execution of this call started and never recorded its end"
 
 
@@ -347,7 +336,7 @@ def with_call_projection(
         invocation_id=invocation_id_for(state, invocation.call),
         work_owner=state.work_owner,
         round_proof=round_proof,
-        suspension_digest=invocation.suspension.digest() if invocation.suspension else "",
+        suspension_digest=invocation.suspension.proof_digest() if invocation.suspension else None,
     )
     return replace(invocation, projection=projection)
 
@@ -380,7 +369,7 @@ def close_tool_round(
         completed = {"tool_call_id": call.id, "name": call.name, "status": invocation.status,
                      "result": invocation.result}
         if invocation.approval is not None:
-            completed["approval"] = approval_json(invocation.approval)
+            completed["approval"] = invocation.approval.decision_json()
         events.append(RoundEvent(EventKind.TOOL_COMPLETED, completed))
     waiting = tuple(i.call for i, _ in invocations if i.status == ToolStatus.SUSPENDED)
     fingerprint, repeat_count = None, 0

@@ -61,14 +61,18 @@ class OwnedToolCallProjection:
     invocation_id: str
     work_owner: str
     round_proof: str
-    # What the call waits for (``ToolSuspension.digest``): a stored suspension altered into
-    # another kind (to answer an unknown outcome as a client tool, say) does not verify.
-    suspension_digest: str
     proof: str
+    # What the call waits for (``ToolSuspension.digest``), for the waits answered about the
+    # call itself (client tools, approvals, unknown outcomes): a stored suspension altered
+    # from or into one of them does not verify. Absent for the older kinds, whose proofs
+    # (stored before it existed) must keep verifying.
+    suspension_digest: str | None = None
 
     def fields(self) -> dict[str, Any]:
         data = asdict(self)
         del data["proof"]
+        if data["suspension_digest"] is None:
+            del data["suspension_digest"]
         return data
 
 
@@ -91,6 +95,8 @@ class ProofAuthority:
         return projection
 
     def issue_tool_call(self, **fields: Any) -> OwnedToolCallProjection:
+        if fields.get("suspension_digest") is None:
+            fields.pop("suspension_digest", None)
         projection = OwnedToolCallProjection(**fields, proof=self.sign("tool_call", fields))
         self._issued.add(projection)
         return projection

@@ -65,7 +65,10 @@ def check_resume(proofs: ProofAuthority, resume: OriginalToolRoundResume, stored
         given, expected = getattr(resume, name), getattr(stored.resume, name)
         if given != expected:
             raise ResumeRefused(resume.run_id, name, f"{given!r} does not match the stored {expected!r}")
-    fields = {**resume.projection_fields(), "suspension_digest": stored.suspension.digest()}
+    fields = resume.projection_fields()
+    covered = stored.suspension.proof_digest()
+    if covered is not None:
+        fields["suspension_digest"] = covered
     if not proofs.verifies("tool_call", fields, resume.proof):
         raise ResumeRefused(resume.run_id, "proof", "the proof does not verify")
 

@@ -243,6 +243,8 @@ tool_invocations = Table(
     # Set while (or after) the call was suspended: what it waits for, and the projection
     # a resume must match (runtime.resume.OriginalToolRoundResume).
     Column("suspension", JSONB),
+    # A person's decision on the call, when it needed approval: {decision, args?, reason?}.
+    Column("approval", JSONB),
     Column("invocation_id", Text, unique=True),
     Column("work_owner", Text),
     Column("proof", Text),

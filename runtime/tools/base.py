@@ -66,8 +66,11 @@ class ToolSuspension:
             body["reason"] = self.reason
         return body
 
-    def digest(self) -> str:
-        return digest(self.to_json())
+    def proof_digest(self) -> str | None:
+        """What a call's proof covers of its wait: the digest of the waits answered about
+        the call itself; None for ``local_read`` and ``prerequisite`` (proofs of those were
+        issued before the digest existed, and must keep verifying)."""
+        return None if self.kind in ("local_read", "prerequisite") else digest(self.to_json())
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ToolSuspension:
@@ -103,6 +106,15 @@ class ToolAnswer:
     value: JSON = None  # the result, or the edited args of an approval
     is_error: bool = False
     reason: str | None = None
+
+    def decision_json(self) -> dict[str, Any]:
+        """A decision on a call (approve / reject) as its events and its row show it."""
+        body: dict[str, Any] = {"decision": str(self.kind)}
+        if self.value is not None:
+            body["args"] = self.value
+        if self.reason is not None:
+            body["reason"] = self.reason
+        return body
 
 
 @dataclass(frozen=True)

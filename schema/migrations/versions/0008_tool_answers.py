@@ -1,4 +1,5 @@
-"""tool_answers (answers to suspended calls) and tool_executions (at-most-once records)
+"""tool_answers (answers to suspended calls), tool_executions (at-most-once records),
+tool_invocations.approval
 
 Revision ID: 0008
 Revises: 0007
@@ -18,6 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
+    op.add_column("tool_invocations", sa.Column("approval", postgresql.JSONB(astext_type=sa.Text()), nullable=True))
     op.create_table(
         "tool_answers",
         sa.Column("run_id", sa.UUID(), nullable=False),
@@ -52,5 +54,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_column("tool_invocations", "approval")
     op.drop_table("tool_executions")
     op.drop_table("tool_answers")

@@ -68,9 +68,10 @@ class RoundHooks(Protocol):
 
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None: ...
 
-    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, again: bool) -> PriorExecution | None:
+    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, retry_of: str | None) -> PriorExecution | None:
         """Record that an ``at_most_once`` call's handler is about to start (fenced), or
-        return what an earlier start recorded; ``again``: an operator asked to run it again."""
+        return what an earlier start recorded. ``retry_of``: an operator asked to run it
+        again, answering the wait with this id; one answer restarts the call once."""
         ...
 
     def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
@@ -85,7 +86,7 @@ class NoHooks:
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
         return None
 
-    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, again: bool) -> PriorExecution | None:
+    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, retry_of: str | None) -> PriorExecution | None:
         return None
 
     def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
@@ -262,7 +263,8 @@ def _tool_outcome(
     )
     if tool.effect != ToolEffect.AT_MOST_ONCE:
         return tool.run(args, ctx)
-    prior = hooks.tool_call_starting(call, ctx, again=answer is not None and answer.kind == "retry")
+    retry_of = answer.wait_id if answer is not None and answer.kind == "retry" else None
+    prior = hooks.tool_call_starting(call, ctx, retry_of=retry_of)
     if prior is not None:
         if prior.status is not None:  # it ran to its end before: that is its result
             return ToolOutcome(prior.status, prior.result, prior.result)

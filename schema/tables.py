@@ -306,6 +306,8 @@ tool_executions = Table(
     Column("boundary_seq", Integer, nullable=False),
     Column("claim_fence", BigInteger, nullable=False),
     Column("executions", Integer, nullable=False, server_default=text("1")),
+    # The answer (the wait's invocation id) whose retry started the latest execution.
+    Column("retry_of", Text),
     Column("status", Text),  # NULL: started, end not recorded
     Column("result", JSONB),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),

@@ -106,6 +106,8 @@ class ToolAnswer:
     value: JSON = None  # the result, or the edited args of an approval
     is_error: bool = False
     reason: str | None = None
+    # The wait it answers (the suspended invocation's id): a retry restarts the call once.
+    wait_id: str | None = None
 
     def decision_json(self) -> dict[str, Any]:
         """A decision on a call (approve / reject) as its events and its row show it."""

@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("boundary_seq", sa.Integer(), nullable=False),
         sa.Column("claim_fence", sa.BigInteger(), nullable=False),
         sa.Column("executions", sa.Integer(), server_default=sa.text("1"), nullable=False),
+        sa.Column("retry_of", sa.Text(), nullable=True),
         sa.Column("status", sa.Text(), nullable=True),
         sa.Column("result", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("started_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),

@@ -85,25 +85,25 @@ DEFAULT_KEY_REF = "default"
 KEY_REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
-def check_base_url(value: str) -> str:
+def check_base_url(value: str, field: str = "base_url") -> str:
     """An http(s) URL with a host and nothing that could carry a credential (user info,
     a query string), be ignored silently (a fragment) or make two spellings of one URL
     differ (whitespace, control characters): ``?``, ``#``, ``@`` and whitespace are refused
     anywhere, even with nothing after them, so the allowlist compares exactly what is
-    called. The value is never echoed."""
+    called. The value is never echoed; ``field`` is what the messages call it."""
     if any(c.isspace() or not c.isprintable() for c in value) or any(c in value for c in "?#"):
         raise ValueError(
-            "base_url must not contain whitespace, control characters, '?' or '#' (no query string or fragment)"
+            f"{field} must not contain whitespace, control characters, '?' or '#' (no query string or fragment)"
         )
     try:
         parts = urlsplit(value)
         port_ok = parts.port is None or parts.port > 0
     except ValueError:
-        raise ValueError("base_url is not a valid URL") from None
+        raise ValueError(f"{field} is not a valid URL") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise ValueError("base_url must be an http:// or https:// URL with a host")
+        raise ValueError(f"{field} must be an http:// or https:// URL with a host")
     if "@" in parts.netloc or parts.username is not None or parts.password is not None:
-        raise ValueError("base_url must not contain user info (keys are never sent in a URL)")
+        raise ValueError(f"{field} must not contain user info (keys are never sent in a URL)")
     return value
 
 

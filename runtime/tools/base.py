@@ -20,6 +20,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from jsonschema import Draft202012Validator
+from jsonschema import SchemaError as InvalidSchema
 from jsonschema import ValidationError as SchemaError
 from pydantic import BaseModel, ValidationError
 
@@ -360,7 +361,7 @@ def _with_attempt(ctx: ToolContext, attempt: int) -> ToolContext:
     return replace(ctx, attempt=attempt)
 
 
-def _schema_message(error: SchemaError) -> str:
+def _schema_message(error: SchemaError | InvalidSchema) -> str:
     return str(error.message)[:500]
 
 
@@ -370,7 +371,7 @@ def check_parameters_schema(schema: object) -> str | None:
         return "must be a JSON Schema object"
     try:
         Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
+    except InvalidSchema as exc:  # what check_schema raises (not a ValidationError)
         return f"is not a valid JSON Schema: {_schema_message(exc)}"
     if schema.get("type", "object") != "object":
         return "must describe an object (\"type\": \"object\")"

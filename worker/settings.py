@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from runtime.config import DEFAULT_KEY_REF, KEY_REF_PATTERN, check_base_url
 from runtime.models.keys import ANY_OWNER, clean_key
+from runtime.toolsets.mcp_config import McpServerConfig, parse_mcp_servers
 from schema.wire import RunRequest
 
 ENV_PREFIX = "AIDAWORK_"
@@ -117,6 +118,13 @@ class Settings(BaseSettings):
     # base_url comes from whoever submits it, so no call goes anywhere else.
     model_base_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
+    # MCP servers whose tools this process offers as ``mcp__<server>__<tool>``: a JSON
+    # object {name: {"command": ..., "args": [...], "env": {...}}} (stdio) or
+    # {name: {"url": ..., "headers": {...}}} (streamable HTTP), each optionally with
+    # "effects": {tool: "read_only" | "idempotent" | "at_most_once"} and "timeout_s".
+    # Env values and headers are secrets: never logged or echoed.
+    mcp_servers: Annotated[dict[str, McpServerConfig], NoDecode] = Field(default_factory=dict)
+
     # HTTP API (`aidawork api`). A JSON object {token: owner}, one entry per upstream
     # service (several tokens may share an owner, for rotation). A token sees only its
     # owner's runs. Secret: never logged, and refused values are not echoed.
@@ -201,6 +209,11 @@ class Settings(BaseSettings):
     @classmethod
     def _http_urls(cls, value: list[str]) -> list[str]:
         return [check_base_url(url) for url in value]
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _mcp_json(cls, value: Any) -> Any:
+        return parse_mcp_servers(_json_setting(value, '{"name": {"command": "...", "args": [...]} or {"url": "..."}}'))
 
     @property
     def named_model_keys(self) -> dict[str, tuple[SecretStr, list[str]]]:

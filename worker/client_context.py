@@ -12,6 +12,7 @@ on first use."""
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from sqlalchemy import Engine
 from runtime.deps import DEV_SECRET, Runtime, build_runtime
 from runtime.models.keys import ModelKeys, NamedKey
 from runtime.plugins import process_plugins
+from runtime.tools import Tool
 from schema.store.store import Store
 from schema.store.tx import make_engine
 from worker.app import Dispatcher, app_for
@@ -69,7 +71,23 @@ def runtime_for(settings: Settings) -> Runtime:
             base_urls=tuple(settings.model_base_urls),
         ),
         plugins=process_plugins(settings.plugin_names),
+        toolsets=mcp_tools(settings),
     )
+
+
+def mcp_tools(settings: Settings) -> tuple[Tool, ...]:
+    """The tools of AIDAWORK_MCP_SERVERS, listed now, so that a submission is checked
+    against the tools it will run with. A server that cannot be reached now is logged
+    (``mcp_server_unavailable``) and this process goes without its tools. The sessions
+    stay open for the process's life and are closed when it exits normally (stopping
+    stdio servers)."""
+    if not settings.mcp_servers:
+        return ()
+    from runtime.toolsets.mcp_sessions import McpToolset  # the MCP SDK: only where it is used
+
+    toolset = McpToolset.start(settings.mcp_servers)
+    atexit.register(toolset.close)
+    return toolset.tools
 
 
 def build_client_context(settings: Settings, threads: int | None = None) -> ClientContext:

@@ -1,0 +1,292 @@
+"""One MCP session per configured server per process, owned by a background event loop.
+
+``McpToolset.start(servers)`` starts a daemon thread running an asyncio loop, opens a
+session to every server on it (concurrently), lists their tools and makes each a ``Tool``
+(``runtime.toolsets.mcp.tool_of``). A tool's handler is sync, like every handler: it submits
+``call_tool`` to the loop and waits at most until the call's deadline
+(``ctx.remaining_s()``).
+
+Each session lives inside one task of its own (``_Session._own``): the SDK's transports
+are anyio task groups, which must be entered and left by the same task, and a transport
+failure then ends that task rather than a caller's. A call that fails on the transport
+marks the session broken (its task closes it, so a stdio subprocess is stopped); the next
+call opens a new one. A server that cannot be reached gives the calling model a failed
+result (``MCP_SERVER_UNAVAILABLE``) and logs ``mcp_server_unavailable``; never a crashed
+round. ``close()`` ends every session (stdio subprocesses are stopped, HTTP sessions
+deleted) and the loop; the composition root calls it at process exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from contextlib import asynccontextmanager, suppress
+from functools import partial
+from typing import Any, TypeVar
+
+import httpx2
+import structlog
+from mcp import Client, MCPError, StdioServerParameters, stdio_client
+from mcp.client import Transport
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult
+from mcp.types import Tool as McpTool
+from pydantic import ValidationError
+
+from runtime.canonical import JSON
+from runtime.tools.base import Tool, ToolContext, ToolTimedOut
+from runtime.toolsets.mcp import McpServerUnavailable, McpToolError, result_json, tool_of
+from runtime.toolsets.mcp_config import HttpServer, McpServerConfig, StdioServer, secret_values
+
+T = TypeVar("T")
+
+CONNECT_TIMEOUT_S = 30.0
+CLOSE_TIMEOUT_S = 10.0
+MAX_LIST_PAGES = 100
+# Codes the SDK itself raises when the connection, not the server, failed.
+_TRANSPORT_CODES = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT})
+# An HTTP server may hold a response stream open for a long call: the call's deadline,
+# not the HTTP read timeout, bounds it.
+_HTTP_TIMEOUT = httpx2.Timeout(30.0, read=3600.0)
+
+
+def _log() -> Any:
+    # Looked up per line, not cached at import: structlog may be configured after import.
+    return structlog.get_logger("aidawork.mcp")
+
+
+class _Unavailable(Exception):
+    """The server could not be reached, or the session broke during the call."""
+
+
+def describe(exc: BaseException) -> str:
+    """One line about an error, unwrapping the exception groups anyio raises."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc)
+    if isinstance(exc, _Unavailable):
+        return text
+    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
+
+
+@asynccontextmanager
+async def _http_transport(config: HttpServer) -> AsyncIterator[Any]:
+    async with (
+        httpx2.AsyncClient(headers=secret_values(config.headers), timeout=_HTTP_TIMEOUT) as http,
+        streamable_http_client(config.url, http_client=http) as streams,
+    ):
+        yield streams
+
+
+def _transport(config: McpServerConfig) -> Transport:
+    if isinstance(config, StdioServer):
+        params = StdioServerParameters(command=config.command, args=config.args, env=secret_values(config.env))
+        return stdio_client(params)
+    return _http_transport(config)
+
+
+class _Session:
+    """The one session to one server; every method runs on the toolset's loop."""
+
+    def __init__(self, name: str, config: McpServerConfig, connect_timeout_s: float) -> None:
+        self.name = name
+        self.config = config
+        self.connect_timeout_s = connect_timeout_s
+        self._client: Client | None = None
+        self._stop: asyncio.Event | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def client(self) -> Client:
+        """The open session, opened now if there is none (or it broke)."""
+        if self._client is not None:
+            return self._client
+        self._lock = self._lock or asyncio.Lock()
+        async with self._lock:
+            if self._client is None:
+                await self._open()
+            assert self._client is not None
+            return self._client
+
+    async def _open(self) -> None:
+        await self.close()
+        ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        stop = asyncio.Event()
+        owner = asyncio.create_task(self._own(ready, stop), name=f"mcp-session-{self.name}")
+        try:
+            client = await asyncio.wait_for(asyncio.shield(ready), self.connect_timeout_s)
+        except BaseException as exc:
+            owner.cancel()
+            with suppress(BaseException):
+                await asyncio.wait_for(owner, CLOSE_TIMEOUT_S)
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # retrieved: it is reported below
+            if isinstance(exc, TimeoutError):
+                raise _Unavailable(f"no session within {self.connect_timeout_s} s") from None
+            if isinstance(exc, asyncio.CancelledError | _Unavailable):
+                raise
+            raise _Unavailable(describe(exc)) from None
+        self._client, self._stop, self._owner = client, stop, owner
+
+    async def _own(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
+        """Holds the session open until ``stop``; a transport failure ends it here."""
+        client: Client | None = None
+        try:
+            async with Client(_transport(self.config), cache=None) as client:
+                ready.set_result(client)
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(_Unavailable(describe(exc)))
+            elif not stop.is_set():
+                _log().warning("mcp_session_lost", server=self.name, error=describe(exc))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            if client is not None and self._client is client:
+                self._client = None
+
+    def broken(self, client: Client) -> None:
+        """The session failed a call: close it; the next call opens a new one."""
+        if self._client is client:
+            self._client = None
+            if self._stop is not None:
+                self._stop.set()
+
+    async def close(self) -> None:
+        owner, stop = self._owner, self._stop
+        self._client = self._owner = self._stop = None
+        if owner is None or stop is None:
+            return
+        stop.set()
+        try:
+            await asyncio.wait_for(owner, CLOSE_TIMEOUT_S)
+        except BaseException:
+            owner.cancel()
+
+    async def list_tools(self) -> list[McpTool]:
+        client = await self.client()
+        tools: list[McpTool] = []
+        cursor: str | None = None
+        try:
+            for _ in range(MAX_LIST_PAGES):
+                page = await client.list_tools(cursor=cursor)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        except Exception as exc:
+            self.broken(client)
+            raise _Unavailable(describe(exc)) from None
+        return tools
+
+    async def call(self, tool: str, args: dict[str, Any]) -> CallToolResult:
+        client = await self.client()
+        try:
+            return await client.call_tool(tool, args)
+        except MCPError as exc:
+            if exc.code in _TRANSPORT_CODES:
+                self.broken(client)
+                raise _Unavailable(describe(exc)) from None
+            # The server answered, with an error (unknown tool, invalid params).
+            raise McpToolError(f"MCP server {self.name!r}: {exc.message} (code {exc.code})") from None
+        except ValidationError as exc:  # an answer that is not a valid result
+            raise McpToolError(f"MCP server {self.name!r} gave an invalid result: {describe(exc)}") from None
+        except Exception as exc:
+            self.broken(client)
+            raise _Unavailable(describe(exc)) from None
+
+
+class McpToolset:
+    """The tools of some MCP servers, and the loop thread that owns their sessions."""
+
+    def __init__(self, servers: Mapping[str, McpServerConfig], *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        self._sessions = {name: _Session(name, config, connect_timeout_s) for name, config in servers.items()}
+        self._connect_timeout_s = connect_timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="aidawork-mcp", daemon=True)
+        self._closed = False
+        self.tools: tuple[Tool, ...] = ()
+        # Servers listed at start, and those that could not be reached then (no tools).
+        self.listed: tuple[str, ...] = ()
+        self.unavailable: tuple[str, ...] = ()
+
+    @classmethod
+    def start(cls, servers: Mapping[str, McpServerConfig], *, connect_timeout_s: float = CONNECT_TIMEOUT_S
+              ) -> McpToolset:
+        """Open a session to every server and list its tools. A server that cannot be
+        reached is logged (``mcp_server_unavailable``) and contributes no tools."""
+        toolset = cls(servers, connect_timeout_s=connect_timeout_s)
+        toolset._thread.start()
+        toolset._list_all()
+        return toolset
+
+    def _list_all(self) -> None:
+        pending = {name: self._submit(s.list_tools()) for name, s in self._sessions.items()}
+        tools: list[Tool] = []
+        listed, unavailable = [], []
+        for name, future in pending.items():
+            try:
+                specs = future.result(timeout=self._connect_timeout_s + CLOSE_TIMEOUT_S)
+            except Exception as exc:
+                future.cancel()
+                _log().warning("mcp_server_unavailable", server=name, phase="start",
+                            error=describe(exc), detail="started without this server's tools")
+                unavailable.append(name)
+                self._submit(self._sessions[name].close())
+                continue
+            listed.append(name)
+            config = self._sessions[name].config
+            for spec in specs:
+                made = tool_of(name, config, spec, partial(self._handle, name, spec.name))
+                if isinstance(made, str):
+                    _log().warning("mcp_tool_skipped", server=name, tool=spec.name[:80], reason=made)
+                    continue
+                tools.append(made)
+            unknown = sorted(set(config.effects) - {spec.name for spec in specs})
+            if unknown:
+                _log().warning("mcp_effects_unknown_tools", server=name, tools=unknown)
+            _log().info("mcp_server_listed", server=name, transport=config.kind, tools=len(specs))
+        self.tools, self.listed, self.unavailable = tuple(tools), tuple(listed), tuple(unavailable)
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _handle(self, server: str, tool: str, args: dict[str, Any], ctx: ToolContext) -> JSON:
+        """A tool's handler: the call on the loop, waited for until the call's deadline."""
+        timeout_s = ctx.remaining_s()
+        try:
+            if self._closed:
+                raise _Unavailable("this process is shutting down")
+            future = self._submit(self._sessions[server].call(tool, args))
+            try:
+                result = future.result(timeout=timeout_s)
+            except concurrent.futures.TimeoutError:
+                future.cancel()  # the call's task stops waiting; the session stays open
+                raise ToolTimedOut() from None
+            except concurrent.futures.CancelledError:
+                raise _Unavailable("the call was cancelled (the process is shutting down)") from None
+        except _Unavailable as exc:
+            _log().warning("mcp_server_unavailable", server=server, tool=tool, run_id=str(ctx.run_id),
+                        boundary_seq=ctx.boundary_seq, tool_call_id=ctx.tool_call_id, error=str(exc))
+            raise McpServerUnavailable(f"MCP server {server!r} is unavailable: {exc}") from None
+        return result_json(server, result)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """End every session (stopping stdio subprocesses) and the loop. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.is_alive():
+            done = self._submit(self._close_all())
+            with suppress(Exception):
+                done.result(timeout=timeout_s)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=timeout_s)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    async def _close_all(self) -> None:
+        await asyncio.gather(*(s.close() for s in self._sessions.values()), return_exceptions=True)

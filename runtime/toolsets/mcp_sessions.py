@@ -119,8 +119,7 @@ class _Session:
             client = await asyncio.wait_for(asyncio.shield(ready), self.connect_timeout_s)
         except BaseException as exc:
             owner.cancel()
-            with suppress(BaseException):
-                await asyncio.wait_for(owner, CLOSE_TIMEOUT_S)
+            await asyncio.wait({owner}, timeout=CLOSE_TIMEOUT_S)
             if ready.done() and not ready.cancelled():
                 ready.exception()  # retrieved: it is reported below
             if isinstance(exc, TimeoutError):
@@ -161,10 +160,9 @@ class _Session:
         if owner is None or stop is None:
             return
         stop.set()
-        try:
-            await asyncio.wait_for(owner, CLOSE_TIMEOUT_S)
-        except BaseException:
-            owner.cancel()
+        _, pending = await asyncio.wait({owner}, timeout=CLOSE_TIMEOUT_S)
+        for task in pending:  # a transport that would not close in time
+            task.cancel()
 
     async def list_tools(self) -> list[McpTool]:
         client = await self.client()
@@ -233,7 +231,7 @@ class McpToolset:
             except Exception as exc:
                 future.cancel()
                 _log().warning("mcp_server_unavailable", server=name, phase="start",
-                            error=describe(exc), detail="started without this server's tools")
+                               error=describe(exc), detail="started without this server's tools")
                 unavailable.append(name)
                 self._submit(self._sessions[name].close())
                 continue
@@ -270,7 +268,7 @@ class McpToolset:
                 raise _Unavailable("the call was cancelled (the process is shutting down)") from None
         except _Unavailable as exc:
             _log().warning("mcp_server_unavailable", server=server, tool=tool, run_id=str(ctx.run_id),
-                        boundary_seq=ctx.boundary_seq, tool_call_id=ctx.tool_call_id, error=str(exc))
+                           boundary_seq=ctx.boundary_seq, tool_call_id=ctx.tool_call_id, error=str(exc))
             raise McpServerUnavailable(f"MCP server {server!r} is unavailable: {exc}") from None
         return result_json(server, result)
 

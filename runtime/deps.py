@@ -23,6 +23,7 @@ from runtime.plugins import PluginError, Plugins
 from runtime.proofs import ProofAuthority
 from runtime.run_deps import OrchestratorDeps
 from runtime.tools import NeedsInput, Tool, ToolContext, ToolRegistry, ToolSuspension, builtin_registry
+from runtime.tools.base import ToolResolver
 from schema.wire.vocab import ToolDomain
 
 __all__ = ["OrchestratorDeps"]  # re-exported: composed here, defined apart (no cycle with the cache)
@@ -70,9 +71,11 @@ def build_runtime(
     model_keys: ModelKeys | None = None,
     plugins: Plugins | None = None,
     toolsets: Sequence[Tool] = (),
+    resolvers: Sequence[ToolResolver] = (),
 ) -> Runtime:
     """The process's runtime: the built-in tools and providers, plus what ``plugins``
-    registered, plus ``toolsets`` (tools of other sources, such as MCP servers)."""
+    registered, plus ``toolsets`` (tools of other sources, such as MCP servers), and the
+    ``resolvers`` that may find more of those later (a server unreachable at start)."""
     plugins = plugins or Plugins()
     providers: dict[str, ModelFactory] = {**default_model_providers(model_keys)}
     providers.update({name: p.factory for name, p in plugins.providers.items()})
@@ -85,6 +88,8 @@ def build_runtime(
             raise PluginError(plugin, f"tool {tool.name!r} is already registered (built-in or plugin)") from None
     for tool in toolsets:
         tools.register(tool)
+    for resolver in resolvers:
+        tools.add_resolver(resolver)
     return Runtime(
         base=BaseDeps(
             model_providers=providers,

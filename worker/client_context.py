@@ -16,7 +16,7 @@ import atexit
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import structlog
 from sqlalchemy import Engine
@@ -24,12 +24,14 @@ from sqlalchemy import Engine
 from runtime.deps import DEV_SECRET, Runtime, build_runtime
 from runtime.models.keys import ModelKeys, NamedKey
 from runtime.plugins import process_plugins
-from runtime.tools import Tool
 from schema.store.store import Store
 from schema.store.tx import make_engine
 from worker.app import Dispatcher, app_for
 from worker.logging import configure_logging
 from worker.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from runtime.toolsets.mcp_sessions import McpToolset
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ def engine_for(settings: Settings, threads: int | None = None) -> Engine:
 def runtime_for(settings: Settings) -> Runtime:
     # Workers warn at start-up when the secret is unset (cli.main); clients never sign.
     secret = DEV_SECRET if settings.secret_key is None else settings.secret_key.get_secret_value().encode()
+    toolset = mcp_toolset(settings)
     return build_runtime(
         secret=secret,
         model_keys=ModelKeys(
@@ -71,23 +74,25 @@ def runtime_for(settings: Settings) -> Runtime:
             base_urls=tuple(settings.model_base_urls),
         ),
         plugins=process_plugins(settings.plugin_names),
-        toolsets=mcp_tools(settings),
+        toolsets=toolset.tools if toolset else (),
+        resolvers=(toolset.resolve,) if toolset else (),
     )
 
 
-def mcp_tools(settings: Settings) -> tuple[Tool, ...]:
-    """The tools of AIDAWORK_MCP_SERVERS, listed now, so that a submission is checked
-    against the tools it will run with. A server that cannot be reached now is logged
-    (``mcp_server_unavailable``) and this process goes without its tools. The sessions
-    stay open for the process's life and are closed when it exits normally (stopping
-    stdio servers)."""
+def mcp_toolset(settings: Settings) -> McpToolset | None:
+    """The servers of AIDAWORK_MCP_SERVERS, their tools listed now, so that a submission is
+    checked against the tools it will run with. A server that cannot be reached now is
+    logged (``mcp_server_unavailable``) and listed when a run first names one of its tools
+    (until then such a run waits: TOOLSET_UNAVAILABLE is retried, never a failed run). The
+    sessions stay open for the process's life and are closed when it exits normally
+    (stopping stdio servers)."""
     if not settings.mcp_servers:
-        return ()
+        return None
     from runtime.toolsets.mcp_sessions import McpToolset  # the MCP SDK: only where it is used
 
     toolset = McpToolset.start(settings.mcp_servers)
     atexit.register(toolset.close)
-    return toolset.tools
+    return toolset
 
 
 def build_client_context(settings: Settings, threads: int | None = None) -> ClientContext:

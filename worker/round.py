@@ -31,7 +31,7 @@ from runtime.proofs import ROUND_PROOF_INVALID
 from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
 from runtime.record import round_record
 from runtime.state import RunState
-from runtime.tools import PriorExecution, ToolContext, ToolOutcome
+from runtime.tools import PriorExecution, ToolContext, ToolOutcome, ToolsetUnavailable
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
@@ -139,6 +139,7 @@ RoundStep = Callable[[OrchestratorDeps, RunState, RoundHooks], RoundResult]
 # Giving the claim back after one of them costs the round no attempt.
 NOT_THE_ROUNDS_FAULT: tuple[type[BaseException], ...] = (
     ModelUnavailable,
+    ToolsetUnavailable,
     OperationalError,
     InterfaceError,
     PoolTimeout,
@@ -166,6 +167,11 @@ def run_claimed(ctx: WorkerContext, claim: Claim, cached: RunState | None, step:
         state = _state_after_claim(ctx, cached, claim)
     except RequestInvalid as exc:
         return _fail_run(ctx, claim, CONFIG_INVALID, f"the stored run config is not valid: {exc.message}")
+    except ToolsetUnavailable:
+        # A tool of the run comes from an MCP server this process has not reached yet: give
+        # the round back at once, costing no attempt; the task is retried after a backoff.
+        ctx.store.release_lease(claim.run_id, claim.fence, round_at_fault=False)
+        raise
     previous = claim.previous_round
     # The next round verifies the proof its predecessor stored: a round row altered or
     # written by anyone without the server secret stops the run.

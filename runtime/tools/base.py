@@ -25,7 +25,7 @@ from jsonschema import ValidationError as SchemaError
 from pydantic import BaseModel, ValidationError
 
 from runtime.canonical import JSON, digest
-from runtime.errors import ToolFailed
+from runtime.errors import AidaworkError, ToolFailed
 from schema.wire.retry import RetryPolicy, backoff_s
 from schema.wire.vocab import ToolAnswerKind, ToolDomain, ToolStatus
 
@@ -378,13 +378,31 @@ def check_parameters_schema(schema: object) -> str | None:
     return None
 
 
+class ToolsetUnavailable(AidaworkError):
+    """A tool comes from a source (an MCP server) that could not be reached, so it is not
+    known yet. Not the run's fault: its round is tried again later."""
+
+    code = "TOOLSET_UNAVAILABLE"
+    retryable = True
+
+
+# Called with a tool name the registry does not have: the tools a source could list now
+# (maybe none), or ToolsetUnavailable when the name is a source's whose tools are unknown.
+ToolResolver = Callable[[str], Iterable["Tool"]]
+
+
 class ToolRegistry:
-    """Every tool this process can run, by name."""
+    """Every tool this process can run, by name. A ``resolver`` is asked about names not
+    registered (an MCP server unreachable at start may be reachable now)."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._resolvers: list[ToolResolver] = []
         for tool in tools:
             self.register(tool)
+
+    def add_resolver(self, resolver: ToolResolver) -> None:
+        self._resolvers.append(resolver)
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
@@ -392,7 +410,13 @@ class ToolRegistry:
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        tool = self._tools.get(name)
+        if tool is None and self._resolvers:
+            for resolver in self._resolvers:
+                for found in resolver(name):
+                    self._tools.setdefault(found.name, found)
+            tool = self._tools.get(name)
+        return tool
 
     def names(self) -> list[str]:
         return sorted(self._tools)

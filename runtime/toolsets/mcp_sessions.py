@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import asynccontextmanager, suppress
 from functools import partial
@@ -36,7 +37,7 @@ from mcp.types import Tool as McpTool
 from pydantic import ValidationError
 
 from runtime.canonical import JSON
-from runtime.tools.base import Tool, ToolContext, ToolTimedOut
+from runtime.tools.base import Tool, ToolContext, ToolsetUnavailable, ToolTimedOut
 from runtime.toolsets.mcp import McpServerUnavailable, McpToolError, result_json, tool_of
 from runtime.toolsets.mcp_config import HttpServer, McpServerConfig, StdioServer, secret_values
 
@@ -44,6 +45,8 @@ T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 30.0
 CLOSE_TIMEOUT_S = 10.0
+# How often a server that could not be reached is tried again when a run names its tools.
+RELIST_INTERVAL_S = 5.0
 MAX_LIST_PAGES = 100
 # Codes the SDK itself raises when the connection, not the server, failed.
 _TRANSPORT_CODES = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT})
@@ -200,7 +203,9 @@ class _Session:
 class McpToolset:
     """The tools of some MCP servers, and the loop thread that owns their sessions."""
 
-    def __init__(self, servers: Mapping[str, McpServerConfig], *, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    def __init__(self, servers: Mapping[str, McpServerConfig], *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 relist_interval_s: float = RELIST_INTERVAL_S) -> None:
+        self._relist_interval_s = relist_interval_s
         self._sessions = {name: _Session(name, config, connect_timeout_s) for name, config in servers.items()}
         self._connect_timeout_s = connect_timeout_s
         self._loop = asyncio.new_event_loop()
@@ -210,44 +215,78 @@ class McpToolset:
         # Servers listed at start, and those that could not be reached then (no tools).
         self.listed: tuple[str, ...] = ()
         self.unavailable: tuple[str, ...] = ()
+        self._relist_lock = threading.Lock()
+        self._last_listing: dict[str, float] = {}
 
     @classmethod
-    def start(cls, servers: Mapping[str, McpServerConfig], *, connect_timeout_s: float = CONNECT_TIMEOUT_S
-              ) -> McpToolset:
+    def start(cls, servers: Mapping[str, McpServerConfig], *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+              relist_interval_s: float = RELIST_INTERVAL_S) -> McpToolset:
         """Open a session to every server and list its tools. A server that cannot be
-        reached is logged (``mcp_server_unavailable``) and contributes no tools."""
-        toolset = cls(servers, connect_timeout_s=connect_timeout_s)
+        reached is logged (``mcp_server_unavailable``) and listed later (``resolve``)."""
+        toolset = cls(servers, connect_timeout_s=connect_timeout_s, relist_interval_s=relist_interval_s)
         toolset._thread.start()
         toolset._list_all()
         return toolset
 
     def _list_all(self) -> None:
         pending = {name: self._submit(s.list_tools()) for name, s in self._sessions.items()}
-        tools: list[Tool] = []
-        listed, unavailable = [], []
+        listed: list[str] = []
         for name, future in pending.items():
-            try:
-                specs = future.result(timeout=self._connect_timeout_s + CLOSE_TIMEOUT_S)
-            except Exception as exc:
-                future.cancel()
-                _log().warning("mcp_server_unavailable", server=name, phase="start",
-                               error=describe(exc), detail="started without this server's tools")
-                unavailable.append(name)
-                self._submit(self._sessions[name].close())
+            tools = self._listed(name, future, phase="start")
+            if tools is not None:
+                listed.append(name)
+                self.tools += tools
+        self.listed = tuple(listed)
+        self.unavailable = tuple(n for n in self._sessions if n not in listed)
+
+    def _listed(self, name: str, future: concurrent.futures.Future[list[McpTool]], *, phase: str
+                ) -> tuple[Tool, ...] | None:
+        """The server's tools from its pending listing, or None if it could not be reached."""
+        try:
+            specs = future.result(timeout=self._connect_timeout_s + CLOSE_TIMEOUT_S)
+        except Exception as exc:
+            future.cancel()
+            _log().warning("mcp_server_unavailable", server=name, phase=phase, error=describe(exc),
+                           detail="its tools are listed once it can be reached")
+            self._submit(self._sessions[name].close())
+            return None
+        config = self._sessions[name].config
+        tools: list[Tool] = []
+        for spec in specs:
+            made = tool_of(name, config, spec, partial(self._handle, name, spec.name))
+            if isinstance(made, str):
+                _log().warning("mcp_tool_skipped", server=name, tool=spec.name[:80], reason=made)
                 continue
-            listed.append(name)
-            config = self._sessions[name].config
-            for spec in specs:
-                made = tool_of(name, config, spec, partial(self._handle, name, spec.name))
-                if isinstance(made, str):
-                    _log().warning("mcp_tool_skipped", server=name, tool=spec.name[:80], reason=made)
-                    continue
-                tools.append(made)
-            unknown = sorted(set(config.effects) - {spec.name for spec in specs})
-            if unknown:
-                _log().warning("mcp_effects_unknown_tools", server=name, tools=unknown)
-            _log().info("mcp_server_listed", server=name, transport=config.kind, tools=len(specs))
-        self.tools, self.listed, self.unavailable = tuple(tools), tuple(listed), tuple(unavailable)
+            tools.append(made)
+        unknown = sorted(set(config.effects) - {spec.name for spec in specs})
+        if unknown:
+            _log().warning("mcp_effects_unknown_tools", server=name, tools=unknown)
+        _log().info("mcp_server_listed", server=name, transport=config.kind, tools=len(specs), phase=phase)
+        return tuple(tools)
+
+    def resolve(self, name: str) -> tuple[Tool, ...]:
+        """For a tool registry that does not know ``name``: if it is a tool of a server that
+        could not be reached so far, list that server now (at most every RELIST_INTERVAL_S)
+        and return its tools; ``ToolsetUnavailable`` while it still cannot be reached, so a
+        run naming its tools is tried again later rather than failed."""
+        server = next((s for s in self.unavailable if name.startswith(f"mcp__{s}__")), None)
+        if server is None:
+            return ()
+        with self._relist_lock:
+            now = time.monotonic()
+            last = self._last_listing.get(server)
+            if server in self.unavailable and (last is None or now - last >= self._relist_interval_s):
+                self._last_listing[server] = now
+                tools = self._listed(server, self._submit(self._sessions[server].list_tools()), phase="late")
+                if tools is not None:
+                    self.tools += tools
+                    self.listed += (server,)
+                    self.unavailable = tuple(s for s in self.unavailable if s != server)
+                    return tools
+        if server in self.unavailable:
+            raise ToolsetUnavailable(f"tool {name!r}: MCP server {server!r} cannot be reached yet, so its tools "
+                                     "are not known; try again later")
+        return ()
 
     def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)

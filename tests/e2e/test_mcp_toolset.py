@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from runtime.tools import Tool, ToolArgsInvalid, ToolEffect, ToolOutcome, ToolTimedOut
+from runtime.deps import build_runtime
+from runtime.tools import Tool, ToolArgsInvalid, ToolEffect, ToolOutcome, ToolsetUnavailable, ToolTimedOut
 from runtime.toolsets.mcp import MCP_SERVER_UNAVAILABLE, MCP_TOOL_ERROR
 from runtime.toolsets.mcp_config import parse_mcp_servers
 from runtime.toolsets.mcp_sessions import McpToolset
@@ -203,3 +204,28 @@ def test_a_call_past_its_timeout_fails_or_has_an_unknown_outcome_by_its_effect(
         call(tools, "mcp__once__wait", {"seconds": 30})
     # A timeout is not a broken session.
     assert call(tools, "mcp__safe__stamp", {"text": "after"}).result == {"stamped": "after"}
+
+
+def test_a_server_unreachable_at_start_is_listed_when_a_run_names_its_tool_once_it_is_up(
+    tmp_path: Path, toolsets: list[McpToolset]
+) -> None:
+    port = free_port()
+    servers = {"web": {"url": f"http://127.0.0.1:{port}/mcp", "headers": {"X-Test-Token": TOKEN}}}
+    toolsets.append(toolset := start(servers, connect_timeout_s=2, relist_interval_s=0))
+    registry = build_runtime(toolsets=toolset.tools, resolvers=(toolset.resolve,)).base.tools
+    assert toolset.unavailable == ("web",)
+
+    # Still down: the name is of a known server, so it is "not yet", never "unknown tool".
+    with pytest.raises(ToolsetUnavailable, match="MCP server 'web' cannot be reached yet"):
+        registry.get("mcp__web__stamp")
+    assert registry.get("mcp__other__stamp") is None  # no such server: simply unknown
+
+    server = HttpMcpServer(tmp_path / "late.log", token=TOKEN, port=port).wait_ready()
+    try:
+        with capture_logs() as logs:
+            tool = registry.get("mcp__web__stamp")
+        assert tool is not None and toolset.unavailable == () and "web" in toolset.listed
+        assert [(e["server"], e["phase"]) for e in logs if e["event"] == "mcp_server_listed"] == [("web", "late")]
+        assert call({tool.name: tool}, tool.name, {"text": "late"}).result == {"stamped": "late"}
+    finally:
+        server.kill()

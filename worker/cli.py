@@ -335,7 +335,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 
 def _print_answer(tool_call_id: str, receipt: Receipt, done: str) -> int:
-    state = done if receipt.stored else "already answered so; nothing changed"
+    state = done if receipt.stored else "the same answer was already given; nothing changed"
     print(f"{tool_call_id}: {state}{'; the run resumes' if receipt.resumes else ''}")
     return EXIT_OK
 

@@ -40,7 +40,8 @@ def lines(path: Path) -> list[list[str]]:
 
 
 def tool_row(ctx: Any, run_id: UUID, call: str = "call_0_0") -> dict[str, Any]:
-    (row,) = rows(ctx.engine, "SELECT * FROM tool_invocations WHERE run_id = :id AND tool_call_id = :c", id=run_id, c=call)
+    sql_text = "SELECT * FROM tool_invocations WHERE run_id = :id AND tool_call_id = :c"
+    (row,) = rows(ctx.engine, sql_text, id=run_id, c=call)
     return row
 
 

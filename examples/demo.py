@@ -22,6 +22,9 @@ os.environ.setdefault("AIDAWORK_LOG_LEVEL", "WARNING")
 # Workers, beat and the API refuse to start without a secret; the demo makes its own.
 os.environ.setdefault("AIDAWORK_SECRET_KEY", secrets.token_urlsafe(32))
 # A provider key that belongs to team-b only (never called: the demo's runs are scripted).
+# An MCP server nobody here wrote (mcp-server-time, over stdio): its tools appear as mcp__time__*.
+os.environ.setdefault("AIDAWORK_MCP_SERVERS", json.dumps({"time": {"command": sys.executable,
+                                                                   "args": ["-m", "mcp_server_time"]}}))
 os.environ.setdefault("AIDAWORK_MODEL_KEYS", json.dumps({"team-b": {"key": "sk-demo-" + secrets.token_hex(8),
                                                                     "owners": ["team-b"]}}))
 sys.path.insert(0, str(REPO))
@@ -170,6 +173,41 @@ def stream_over_http(runs: dict[str, Any]) -> None:
         api.wait(timeout=15)
 
 
+def wait_for(run_id: UUID, status: str, timeout_s: float = 60) -> Any:
+    view = client.status(run_id)
+    deadline = time.monotonic() + timeout_s
+    while view.status != status and time.monotonic() < deadline:
+        time.sleep(0.05)
+        view = client.status(run_id)
+    return view
+
+
+def own_agent(runs: dict[str, Any]) -> None:
+    """Plugin tools, an MCP server's tool, a client-side tool and an approval, in one run."""
+    say("== bring your own agent: a plugin tool and an MCP tool, then a client tool and an approval")
+    refunds = Path(tempfile.mkdtemp(prefix="aidawork-demo-")) / "refunds.txt"
+    request = json.loads((HERE / "own_agent.json").read_text().replace("REFUNDS_FILE", str(refunds)))
+    run_id = client.submit(request).run_id
+    runs["own-agent"] = (run_id, "completed")
+    seen = 0
+    for _ in range(2):
+        view = wait_for(run_id, "suspended")
+        events = client.events(run_id, after_seq=seen, follow=False)
+        for event in events:
+            say(f"  [own-agent ] {format_event(event)}")
+        seen = events[-1].seq if events else seen
+        for wait in view.waiting_for:
+            if wait.kind == "client_tool":
+                say(f"   the customer is asked {wait.args}; the upstream service sends the answer back")
+                client.tool_result(run_id, wait.tool_call_id, {"answer": "yes please"})
+            elif wait.kind == "approval":
+                say(f"   a person approves {wait.tool_name} {wait.args}")
+                client.approve(run_id, wait.tool_call_id)
+        wait_for(run_id, "running", timeout_s=5)
+    follow_all({"own-agent": run_id}, after={"own-agent": seen})
+    say(f"   {refunds.name} now holds {len(refunds.read_text().splitlines())} line(s)")
+
+
 def run_demo() -> int:
     say("== a request with a wrong argument type is refused before anything is stored")
     try:
@@ -223,6 +261,8 @@ def run_demo() -> int:
         receipt = client.deliver(local, wait.tool_call_id, files)
         say(f"   delivered {sorted(files)} for {wait.tool_call_id}" + (": resuming" if receipt.resumes else ""))
     follow_all({"local-read": local}, after={"local-read": 6})
+
+    own_agent(runs)
 
     stream_over_http(runs)
 

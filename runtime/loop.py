@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import UUID
 
 from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL, CountedCall, RepeatedToolCallBreaker
@@ -45,7 +45,6 @@ from runtime.tools import (
     TOOL_ARGS_INVALID,
     PriorExecution,
     Tool,
-    ToolAnswer,
     ToolArgsInvalid,
     ToolContext,
     ToolEffect,
@@ -69,9 +68,10 @@ class RoundHooks(Protocol):
 
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None: ...
 
-    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, again: bool) -> PriorExecution | None:
+    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, retry_of: str | None) -> PriorExecution | None:
         """Record that an ``at_most_once`` call's handler is about to start (fenced), or
-        return what an earlier start recorded; ``again``: an operator asked to run it again."""
+        return what an earlier start recorded. ``retry_of``: an operator asked to run it
+        again, answering the wait with this id; one answer restarts the call once."""
         ...
 
     def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
@@ -86,7 +86,7 @@ class NoHooks:
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
         return None
 
-    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, again: bool) -> PriorExecution | None:
+    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, retry_of: str | None) -> PriorExecution | None:
         return None
 
     def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
@@ -263,7 +263,8 @@ def _tool_outcome(
     )
     if tool.effect != ToolEffect.AT_MOST_ONCE:
         return tool.run(args, ctx)
-    prior = hooks.tool_call_starting(call, ctx, again=answer is not None and answer.kind == "retry")
+    retry_of = answer.wait_id if answer is not None and answer.kind == "retry" else None
+    prior = hooks.tool_call_starting(call, ctx, retry_of=retry_of)
     if prior is not None:
         if prior.status is not None:  # it ran to its end before: that is its result
             return ToolOutcome(prior.status, prior.result, prior.result)
@@ -283,16 +284,6 @@ def _tool_outcome(
 
 # The waits someone answers about the call itself (its args are shown to them).
 ANSWERED_KINDS = frozenset({"client_tool", "approval", "outcome_unknown"})
-
-
-def approval_json(approval: ToolAnswer) -> dict[str, Any]:
-    """A decision on a call as its events and round record show it."""
-    body: dict[str, Any] = {"decision": approval.kind}
-    if approval.value is not None:
-        body["args"] = approval.value
-    if approval.reason is not None:
-        body["reason"] = approval.reason
-    return body
 
 
 UNKNOWN_AFTER_CRASH = "an earlier execution of this call started and never recorded its end"
@@ -347,6 +338,7 @@ def with_call_projection(
         invocation_id=invocation_id_for(state, invocation.call),
         work_owner=state.work_owner,
         round_proof=round_proof,
+        suspension_digest=invocation.suspension.proof_digest() if invocation.suspension else None,
     )
     return replace(invocation, projection=projection)
 
@@ -379,7 +371,7 @@ def close_tool_round(
         completed = {"tool_call_id": call.id, "name": call.name, "status": invocation.status,
                      "result": invocation.result}
         if invocation.approval is not None:
-            completed["approval"] = approval_json(invocation.approval)
+            completed["approval"] = invocation.approval.decision_json()
         events.append(RoundEvent(EventKind.TOOL_COMPLETED, completed))
     waiting = tuple(i.call for i, _ in invocations if i.status == ToolStatus.SUSPENDED)
     fingerprint, repeat_count = None, 0

@@ -62,10 +62,17 @@ class OwnedToolCallProjection:
     work_owner: str
     round_proof: str
     proof: str
+    # What the call waits for (``ToolSuspension.digest``), for the waits answered about the
+    # call itself (client tools, approvals, unknown outcomes): a stored suspension altered
+    # from or into one of them does not verify. Absent for the older kinds, whose proofs
+    # (stored before it existed) must keep verifying.
+    suspension_digest: str | None = None
 
     def fields(self) -> dict[str, Any]:
         data = asdict(self)
         del data["proof"]
+        if data["suspension_digest"] is None:
+            del data["suspension_digest"]
         return data
 
 
@@ -88,6 +95,8 @@ class ProofAuthority:
         return projection
 
     def issue_tool_call(self, **fields: Any) -> OwnedToolCallProjection:
+        if fields.get("suspension_digest") is None:
+            fields.pop("suspension_digest", None)
         projection = OwnedToolCallProjection(**fields, proof=self.sign("tool_call", fields))
         self._issued.add(projection)
         return projection

@@ -35,6 +35,7 @@ def tool_record(invocation: ToolInvocation) -> ToolInvocationRecord:
         work_owner=projection.work_owner if projection else None,
         proof=projection.proof if projection else None,
         resumes_invocation_id=invocation.resumes_invocation_id,
+        approval=invocation.approval.decision_json() if invocation.approval else None,
     )
 
 

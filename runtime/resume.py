@@ -65,7 +65,11 @@ def check_resume(proofs: ProofAuthority, resume: OriginalToolRoundResume, stored
         given, expected = getattr(resume, name), getattr(stored.resume, name)
         if given != expected:
             raise ResumeRefused(resume.run_id, name, f"{given!r} does not match the stored {expected!r}")
-    if not proofs.verifies("tool_call", resume.projection_fields(), resume.proof):
+    fields = resume.projection_fields()
+    covered = stored.suspension.proof_digest()
+    if covered is not None:
+        fields["suspension_digest"] = covered
+    if not proofs.verifies("tool_call", fields, resume.proof):
         raise ResumeRefused(resume.run_id, "proof", "the proof does not verify")
 
 

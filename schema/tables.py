@@ -243,6 +243,8 @@ tool_invocations = Table(
     # Set while (or after) the call was suspended: what it waits for, and the projection
     # a resume must match (runtime.resume.OriginalToolRoundResume).
     Column("suspension", JSONB),
+    # A person's decision on the call, when it needed approval: {decision, args?, reason?}.
+    Column("approval", JSONB),
     Column("invocation_id", Text, unique=True),
     Column("work_owner", Text),
     Column("proof", Text),
@@ -304,6 +306,8 @@ tool_executions = Table(
     Column("boundary_seq", Integer, nullable=False),
     Column("claim_fence", BigInteger, nullable=False),
     Column("executions", Integer, nullable=False, server_default=text("1")),
+    # The answer (the wait's invocation id) whose retry started the latest execution.
+    Column("retry_of", Text),
     Column("status", Text),  # NULL: started, end not recorded
     Column("result", JSONB),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),

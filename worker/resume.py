@@ -94,10 +94,10 @@ def _stored(call: SuspendedCall) -> StoredSuspension:
     )
 
 
-def _answer(answer: Answer | None) -> ToolAnswer | None:
+def _answer(answer: Answer | None, wait_id: str | None = None) -> ToolAnswer | None:
     if answer is None:
         return None
-    return ToolAnswer(answer.kind, answer.value, answer.is_error, answer.reason)
+    return ToolAnswer(answer.kind, answer.value, answer.is_error, answer.reason, wait_id=wait_id)
 
 
 def _inputs(material: SuspensionMaterial) -> dict[str, ToolInputs]:
@@ -111,7 +111,7 @@ def _inputs(material: SuspensionMaterial) -> dict[str, ToolInputs]:
         inputs[call_id] = ToolInputs(
             files=files,
             prerequisites=material.prerequisites,
-            answer=_answer(material.answers.get(call_id)),
+            answer=_answer(material.answers.get(call_id), call.resume.invocation_id),
             approval=_answer(material.approvals.get(call_id)),
         )
     return inputs

@@ -90,11 +90,11 @@ class LedgerHooks:
         )
         failpoints.hit("after_model_call", owner=self._claim.owner)
 
-    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, again: bool) -> PriorExecution | None:
+    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, retry_of: str | None) -> PriorExecution | None:
         c = self._claim
-        prior = self._ctx.store.start_tool_execution(c.run_id, c.boundary_seq, call.id, c.fence, again=again)
+        prior = self._ctx.store.start_tool_execution(c.run_id, c.boundary_seq, call.id, c.fence, retry_of=retry_of)
         if prior is None:
-            log.info("tool_execution_started", tool_call_id=call.id, tool=call.name, again=again)
+            log.info("tool_execution_started", tool_call_id=call.id, tool=call.name, retry=retry_of is not None)
             return None
         log.warning("tool_execution_found", tool_call_id=call.id, tool=call.name, ended=prior.status is not None,
                     executions=prior.executions)

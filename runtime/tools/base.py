@@ -23,7 +23,7 @@ from jsonschema import Draft202012Validator
 from jsonschema import ValidationError as SchemaError
 from pydantic import BaseModel, ValidationError
 
-from runtime.canonical import JSON
+from runtime.canonical import JSON, digest
 from runtime.errors import ToolFailed
 from schema.wire.retry import RetryPolicy, backoff_s
 from schema.wire.vocab import ToolAnswerKind, ToolDomain, ToolStatus
@@ -66,6 +66,12 @@ class ToolSuspension:
             body["reason"] = self.reason
         return body
 
+    def proof_digest(self) -> str | None:
+        """What a call's proof covers of its wait: the digest of the waits answered about
+        the call itself; None for ``local_read`` and ``prerequisite`` (proofs of those were
+        issued before the digest existed, and must keep verifying)."""
+        return None if self.kind in ("local_read", "prerequisite") else digest(self.to_json())
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ToolSuspension:
         return cls(
@@ -100,6 +106,17 @@ class ToolAnswer:
     value: JSON = None  # the result, or the edited args of an approval
     is_error: bool = False
     reason: str | None = None
+    # The wait it answers (the suspended invocation's id): a retry restarts the call once.
+    wait_id: str | None = None
+
+    def decision_json(self) -> dict[str, Any]:
+        """A decision on a call (approve / reject) as its events and its row show it."""
+        body: dict[str, Any] = {"decision": str(self.kind)}
+        if self.value is not None:
+            body["args"] = self.value
+        if self.reason is not None:
+            body["reason"] = self.reason
+        return body
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,10 @@ class ExecutionRecord:
     executions: int
 
 
-# The run must be held under ``fence``; the start is new, or (``again``: an operator asked
-# for it) an earlier start is overwritten. ``held`` tells a lost fence from a start that
-# was already there.
+# The run must be held under ``fence``; the start is new, or (``retry_of``: an operator
+# asked for it, answering that wait) an earlier start is overwritten - once per answer, so
+# a retried call whose worker dies too is unknown again, not run a third time. ``held``
+# tells a lost fence from a start that was already there.
 _START_SQL = text(
     """
 WITH held AS (
@@ -37,9 +38,9 @@ WITH held AS (
   INSERT INTO tool_executions (run_id, tool_call_id, boundary_seq, claim_fence)
   SELECT id, :call, :boundary_seq, :fence FROM held
   ON CONFLICT (run_id, tool_call_id) DO UPDATE
-    SET claim_fence = EXCLUDED.claim_fence, executions = tool_executions.executions + 1,
+    SET claim_fence = EXCLUDED.claim_fence, executions = tool_executions.executions + 1, retry_of = :retry_of,
         status = NULL, result = NULL, started_at = now(), finished_at = NULL
-    WHERE :again
+    WHERE CAST(:retry_of AS text) IS NOT NULL AND tool_executions.retry_of IS DISTINCT FROM :retry_of
   RETURNING executions
 )
 SELECT (SELECT count(*) FROM held) AS held, (SELECT executions FROM ins) AS started,
@@ -51,11 +52,11 @@ LEFT JOIN tool_executions AS te ON te.run_id = :run_id AND te.tool_call_id = :ca
 
 
 def start_execution_txn(
-    conn: Connection, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, again: bool
+    conn: Connection, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, retry_of: str | None
 ) -> ExecutionRecord | None:
     row = conn.execute(
         _START_SQL,
-        {"run_id": run_id, "call": tool_call_id, "boundary_seq": boundary_seq, "fence": fence, "again": again},
+        {"run_id": run_id, "call": tool_call_id, "boundary_seq": boundary_seq, "fence": fence, "retry_of": retry_of},
     ).one()
     if not row.held:
         raise FenceLost(run_id, fence)
@@ -65,13 +66,14 @@ def start_execution_txn(
 
 
 def start_execution(
-    engine: Engine, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, again: bool = False
+    engine: Engine, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, retry_of: str | None = None
 ) -> ExecutionRecord | None:
     """Record that the call's handler starts now, under ``fence``; or, when an earlier
-    execution already started it (and ``again`` is not set), what that one recorded."""
+    execution already started it (and no new ``retry_of`` answer says to start it again),
+    what that one recorded."""
     return run_transaction(
         engine,
-        lambda conn: start_execution_txn(conn, run_id, boundary_seq, tool_call_id, fence, again=again),
+        lambda conn: start_execution_txn(conn, run_id, boundary_seq, tool_call_id, fence, retry_of=retry_of),
         name="start_tool_execution",
     )
 

@@ -96,7 +96,7 @@ COMMIT_RESUME_SQL = _commit_sql(
     tool_rows=f"""
   UPDATE tool_invocations AS ti SET status = t.status, result = t.result, result_digest = t.result_digest,
     claim_fence = :fence, invocation_id = t.invocation_id, proof = coalesce(t.proof, ti.proof),
-    suspension = coalesce(t.suspension, ti.suspension)
+    suspension = coalesce(t.suspension, ti.suspension), approval = coalesce(t.approval, ti.approval)
   FROM upd, {_TOOL_COLUMNS}
   WHERE ti.run_id = upd.id AND ti.invocation_id = t.resumes_invocation_id AND ti.status = 'suspended'""",
 )

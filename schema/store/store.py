@@ -96,9 +96,9 @@ class Store:
     # --- at-most-once tool calls ----------------------------------------------------------
 
     def start_tool_execution(
-        self, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, again: bool
+        self, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, retry_of: str | None
     ) -> ExecutionRecord | None:
-        return effects.start_execution(self.engine, run_id, boundary_seq, tool_call_id, fence, again=again)
+        return effects.start_execution(self.engine, run_id, boundary_seq, tool_call_id, fence, retry_of=retry_of)
 
     def finish_tool_execution(
         self, run_id: UUID, tool_call_id: str, fence: int, status: str | None, result: object

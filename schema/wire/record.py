@@ -41,6 +41,7 @@ class ToolInvocationRecord:
     work_owner: str | None
     proof: str | None
     resumes_invocation_id: str | None  # set when a resume re-ran this call
+    approval: dict[str, Any] | None = None  # a person's decision on the call (maybe edited args)
 
 
 @dataclass(frozen=True)

@@ -186,3 +186,17 @@ def test_a_tampered_suspended_round_cannot_be_resumed(ctx) -> None:
     before = snapshot(ctx)
     assert attempt(ctx, resumes) == "refused:round_proof"
     assert_unchanged(ctx, before, "the resume of a tampered round")
+
+
+def test_a_suspension_altered_into_another_kind_of_wait_cannot_be_resumed(ctx) -> None:
+    # Someone with database access turns a read's wait into a client tool's (to answer it
+    # with a made-up result): the call's proof covers what it waits for.
+    run_id, resumes = ready_read_one(ctx)
+    with ctx.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE tool_invocations SET suspension = '{\"kind\": \"client_tool\"}' WHERE run_id = :id"),
+            {"id": run_id},
+        )
+    before = snapshot(ctx)
+    assert attempt(ctx, resumes) == "refused:proof"
+    assert_unchanged(ctx, before, "the resume of a call whose wait was altered")

@@ -323,6 +323,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                             invocation_id=t["invocation_id"],
                             proof=t["proof"] if t["proof"] is not None else ti["proof"],
                             suspension=t["suspension"] if t["suspension"] is not None else ti["suspension"],
+                            approval=t["approval"] if t["approval"] is not None else ti.get("approval"),
                         )
         else:
             stored = {

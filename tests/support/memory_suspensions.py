@@ -149,18 +149,18 @@ class SuspensionOps(State):
     # --- at-most-once records (schema.store.effects) --------------------------------------
 
     def start_tool_execution(
-        self, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, again: bool
+        self, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, retry_of: str | None
     ) -> ExecutionRecord | None:
         with self._lock:
             self.calls.append("start_tool_execution")
             self._held(run_id, fence)
             record = self.executions.get((run_id, tool_call_id))
-            if record is not None and not again:
+            if record is not None and (retry_of is None or record.get("retry_of") == retry_of):
                 return ExecutionRecord(record["status"], copy.deepcopy(record["result"]), record["executions"])
             executions = record["executions"] + 1 if record else 1
             self.executions[(run_id, tool_call_id)] = {
                 "boundary_seq": boundary_seq, "claim_fence": fence, "executions": executions,
-                "status": None, "result": None,
+                "status": None, "result": None, "retry_of": retry_of,
             }
             return None
 

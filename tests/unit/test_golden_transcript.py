@@ -185,3 +185,47 @@ def test_the_proof_of_fixed_fields_under_a_fixed_secret_is_pinned() -> None:
     authority = ProofAuthority(SECRET)
     fields = {"run_id": str(RUN_ID), "boundary_seq": 0, "claim_fence": FENCE_ROUND_0}
     assert authority.sign("round", fields) == GOLDEN_SIGNATURE
+
+
+# A client tool's wait: its proof covers the wait (suspension_digest). Computed once from
+# the code at cc67f36.
+ASK: dict[str, Any] = {
+    **ADD_THEN_ANSWER,
+    "input": "Ask me.",
+    "config": {
+        **ADD_THEN_ANSWER["config"],
+        "model": {
+            "provider": "scripted",
+            "turns": [{"tool_calls": [{"name": "ask", "args": {"q": "why?"}}]}, {"content": "ok"}],
+        },
+        "tools": [],
+        "client_tools": [{"name": "ask", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}],
+    },
+}
+GOLDEN_ASK: dict[str, Any] = {"system": "f0f30e4ec2b7c09bf555b18060c30b64b2fba9c22abd70c4b07941629640de10",
+ "messages": "78ae11d9781e9660697cdf104093644241c2c769e12d118dcf7cb170eb54744f",
+ "tools": "89882a996840aca005b5f8539320107dcda21261051f5afd9526dc37d3703e42",
+ "accepted_response": "9b08b2b07e29be890366dea9c2b65d46e0f36d4a7d57be20526a9bae053ed9ef",
+ "chain": ["78ae11d9781e9660697cdf104093644241c2c769e12d118dcf7cb170eb54744f",
+           "51890a117df682b5efa1f1602f1ea3258aa4cb08098931756e65b83948d5a47c"],
+ "tool_calls": [{"args": "4ea84a788ce2b663109707295fc18eb6778eac1858414c51bd1d81290a261b00",
+                 "result": None,
+                 "projection": "f8318cad4528323657dc53f93e3045687984d443edb606683195000278b5f576"}],
+ "round_proof": "80991d9365da351aef26e2b48ac7a9fba19fb62a2c5c723d88d6e2374dfc86d0",
+ "tool_call_fields": {"run_id": "00000000-0000-4000-8000-00000000a1da",
+                      "boundary_seq": 0,
+                      "claim_fence": 7,
+                      "tool_call_id": "call_0_0",
+                      "tool_domain": "local",
+                      "args_digest": "4ea84a788ce2b663109707295fc18eb6778eac1858414c51bd1d81290a261b00",
+                      "invocation_id": "a05a932ec83a674546bbf0b6bf385009",
+                      "work_owner": "team-golden",
+                      "round_proof": "80991d9365da351aef26e2b48ac7a9fba19fb62a2c5c723d88d6e2374dfc86d0",
+                      "suspension_digest": "a1ee7c540d07a0c237c07d67d16bf43d74d99502e7b7dd2e1730459e742ebe8f"}}
+
+
+def test_a_client_tool_wait_has_its_pinned_tool_call_projection_and_proof() -> None:
+    (result,) = rounds_of(ASK, (FENCE_ROUND_0,))
+    (ask,) = result.tool_invocations
+    assert ask.status == "suspended" and ask.projection is not None
+    assert {**pinned(result), "tool_call_fields": ask.projection.fields()} == GOLDEN_ASK

@@ -1,4 +1,5 @@
-"""tool_answers (answers to suspended calls) and tool_executions (at-most-once records)
+"""tool_answers (answers to suspended calls), tool_executions (at-most-once records),
+tool_invocations.approval
 
 Revision ID: 0008
 Revises: 0007
@@ -18,6 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
+    op.add_column("tool_invocations", sa.Column("approval", postgresql.JSONB(astext_type=sa.Text()), nullable=True))
     op.create_table(
         "tool_answers",
         sa.Column("run_id", sa.UUID(), nullable=False),
@@ -39,6 +41,7 @@ def upgrade() -> None:
         sa.Column("boundary_seq", sa.Integer(), nullable=False),
         sa.Column("claim_fence", sa.BigInteger(), nullable=False),
         sa.Column("executions", sa.Integer(), server_default=sa.text("1"), nullable=False),
+        sa.Column("retry_of", sa.Text(), nullable=True),
         sa.Column("status", sa.Text(), nullable=True),
         sa.Column("result", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.Column("started_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
@@ -52,5 +55,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_column("tool_invocations", "approval")
     op.drop_table("tool_executions")
     op.drop_table("tool_answers")

@@ -62,7 +62,7 @@ _DELIVERED = """CASE ti.suspension->>'kind'
 
 _SUSPENDED_CALLS_SQL = text(
     f"""
-SELECT ti.tool_call_id, ti.tool_name, ti.tool_domain, ti.args, ti.args_digest, ti.invocation_id,
+SELECT ti.tool_call_id, ti.tool_name, ti.tool_domain, ti.args, ti.approval, ti.args_digest, ti.invocation_id,
        ti.work_owner, ti.claim_fence, ti.proof, ti.suspension, rd.proof AS round_proof,
        {_DELIVERED} AS delivered
 FROM runs AS r
@@ -101,12 +101,19 @@ def waiting_for(conn: Connection, run_id: UUID) -> list[WaitingFor]:
             kind=row.suspension["kind"],
             paths=row.suspension.get("paths"),
             key=row.suspension.get("key"),
-            args=row.args if row.suspension["kind"] in ANSWERED_KINDS else None,
+            args=_shown_args(row) if row.suspension["kind"] in ANSWERED_KINDS else None,
             reason=row.suspension.get("reason"),
             delivered=row.delivered,
         )
         for row in _suspended_calls(conn, run_id)
     ]
+
+
+def _shown_args(row: Any) -> Any:
+    """The args a waiting call is answered about: as approved when a person edited them
+    (a client tool then runs with those), else as the model proposed them."""
+    approval = row.approval or {}
+    return approval["args"] if approval.get("decision") == "approve" and "args" in approval else row.args
 
 
 def _lock_run(conn: Connection, run_id: UUID) -> Any:

@@ -254,3 +254,26 @@ def test_the_store_refuses_an_answer_of_the_wrong_kind_and_compares_repeats_exac
     assert_unchanged(ctx, before, "repeats of an answer")
     (answer,) = rows(ctx.engine, "SELECT kind, value, is_error, reason FROM tool_answers")
     assert answer == {"kind": "result", "value": [1, 2], "is_error": False, "reason": None}
+
+
+def test_a_client_tool_approved_with_edited_args_asks_the_client_with_those_args(ctx) -> None:
+    run_id = suspended_run(ctx, ASK_COLOR, [], client_tools=[PICK_COLOR], require_approval=["*"])
+    (wait,) = client.status(run_id, ctx=ctx).waiting_for
+    assert (wait.kind, wait.args) == ("approval", {"hint": "warm"})
+    before = snapshot(ctx)
+    with pytest.raises(RequestInvalid) as invalid:  # checked against the client tool's JSON schema
+        client.approve(run_id, "call_0_0", args={"hint": 5}, ctx=ctx)
+    assert invalid.value.field == "args.hint"
+    assert_unchanged(ctx, before, "edited args that fail a client tool's schema")
+
+    client.approve(run_id, "call_0_0", args={"hint": "cold"}, ctx=ctx)
+    row = drive(ctx, run_id)
+    assert (row["status"], row["boundary_seq"]) == ("suspended", 0)  # now waiting for the client's result
+    (wait,) = client.status(run_id, ctx=ctx).waiting_for
+    assert (wait.kind, wait.args) == ("client_tool", {"hint": "cold"})
+    suspended = events_of(ctx, run_id, "tool_suspended")
+    assert [(e["kind"], e["args"]) for e in suspended] == [("approval", {"hint": "warm"}),
+                                                             ("client_tool", {"hint": "cold"})]
+    client.tool_result(run_id, "call_0_0", {"color": "blue"}, ctx=ctx)
+    assert drive(ctx, run_id)["status"] == "completed"
+    assert tool_row(ctx, run_id)["result"] == {"color": "blue"}

@@ -99,6 +99,12 @@ def test_approve_as_proposed_or_edited_and_reject_each_do_what_was_decided(
     (delivered,) = events_of(ctx, as_edited, "input_delivered")
     assert (delivered["answer"], delivered["args"], delivered["resumable"]) == ("approve", new_args, True)
     assert events_of(ctx, as_proposed, "tool_completed")[0]["approval"] == {"decision": "approve"}
+    decided = rows(ctx.engine, "SELECT run_id, approval FROM tool_invocations WHERE tool_call_id = 'call_0_0'")
+    assert {r["run_id"]: r["approval"] for r in decided} == {
+        as_proposed: {"decision": "approve"},
+        as_edited: {"decision": "approve", "args": new_args},
+        to_reject: {"decision": "reject", "reason": "no writes on Fridays"},
+    }
 
     # The model saw the rejection as a failed result with the reason, and went on.
     (message,) = rows(ctx.engine, f"SELECT {message_body_sql()} AS body FROM messages AS m WHERE run_id = :id "

@@ -19,7 +19,7 @@ from runtime.models.base import ModelClient
 from runtime.models.keys import ModelKeys
 from runtime.models.openai_compat import OpenAIProvider
 from runtime.models.scripted import ScriptedModel
-from runtime.plugins import Plugins
+from runtime.plugins import PluginError, Plugins
 from runtime.proofs import ProofAuthority
 from runtime.run_deps import OrchestratorDeps
 from runtime.tools import NeedsInput, Tool, ToolContext, ToolRegistry, ToolSuspension, builtin_registry
@@ -77,7 +77,13 @@ def build_runtime(
     providers: dict[str, ModelFactory] = {**default_model_providers(model_keys)}
     providers.update({name: p.factory for name, p in plugins.providers.items()})
     tools = builtin_registry()
-    for tool in (*plugins.tools, *toolsets):
+    for tool in plugins.tools:
+        try:
+            tools.register(tool)
+        except ValueError:  # a Plugins not filled by load_plugins (which refuses clashes)
+            plugin = plugins.tool_plugins.get(tool.name, "?")
+            raise PluginError(plugin, f"tool {tool.name!r} is already registered (built-in or plugin)") from None
+    for tool in toolsets:
         tools.register(tool)
     return Runtime(
         base=BaseDeps(

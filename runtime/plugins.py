@@ -12,6 +12,7 @@ process at start, with an error naming it.
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,10 +24,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime.errors import AidaworkError
-from runtime.tools import Tool
+from runtime.tools import BUILTIN_TOOLS, Tool
+from runtime.tools.define import NAME_PATTERN
 
 ENTRY_POINT_GROUP = "aidawork.plugins"
 BUILTIN_PROVIDERS = frozenset({"scripted", "openai", "anthropic"})
+BUILTIN_TOOL_NAMES = frozenset(t.name for t in BUILTIN_TOOLS)
 
 
 class PluginError(AidaworkError):
@@ -56,27 +59,43 @@ class Plugins:
     tools: list[Tool] = field(default_factory=list)
     providers: dict[str, ProviderPlugin] = field(default_factory=dict)
     loaded: list[str] = field(default_factory=list)
+    # Which plugin registered each tool (by tool name), so a clash can name it.
+    tool_plugins: dict[str, str] = field(default_factory=dict)
     _current: str = ""
 
     def tool(self, *tools: Tool) -> None:
         for tool in tools:
             if not isinstance(tool, Tool):
                 raise PluginError(self._current, f"tool() takes Tool objects (made with @tool), not {tool!r}")
+            if not re.fullmatch(NAME_PATTERN, tool.name):
+                raise PluginError(self._current, f"tool name {tool.name!r} must match {NAME_PATTERN}")
+            if tool.name in BUILTIN_TOOL_NAMES:
+                raise PluginError(self._current, f"tool {tool.name!r} is the name of a built-in tool")
+            if tool.name in self.tool_plugins:
+                by = self.tool_plugins[tool.name]
+                raise PluginError(self._current, f"tool {tool.name!r} is already registered by plugin {by!r}")
             self.tools.append(tool)
+            self.tool_plugins[tool.name] = self._current
 
     def provider(self, name: str, config_model: type[BaseModel], factory: Callable[[Any, str], Any]) -> None:
         if name in BUILTIN_PROVIDERS or name in self.providers:
             raise PluginError(self._current, f"model provider {name!r} is already registered")
+        if not callable(factory):
+            raise PluginError(self._current, f"the factory of provider {name!r} must be callable(config, owner)")
         field_info = config_model.model_fields.get("provider")
         if field_info is None or getattr(field_info.annotation, "__args__", None) != (name,):
             raise PluginError(self._current, f"the config model of provider {name!r} needs provider: Literal[{name!r}]")
         self.providers[name] = ProviderPlugin(name, config_model, factory)
 
 
-def _register(plugins: Plugins, name: str, target: Any) -> None:
+def _register_function(name: str, target: Any) -> Callable[[Plugins], Any]:
     register = getattr(target, "register", None) if isinstance(target, ModuleType) else target
     if not callable(register):
         raise PluginError(name, "has no register(plugins) function")
+    return register  # type: ignore[no-any-return]
+
+
+def _register(plugins: Plugins, name: str, register: Callable[[Plugins], Any]) -> None:
     plugins._current = name
     try:
         register(plugins)
@@ -99,10 +118,12 @@ def load_plugins(names: Sequence[str], *, discover: bool = True) -> Plugins:
             target = load()
         except Exception as exc:
             raise PluginError(name, f"cannot be imported: {type(exc).__name__}: {exc}") from exc
-        if id(target) in seen:  # named in AIDAWORK_PLUGINS and advertised too
+        register = _register_function(name, target)
+        # Named in AIDAWORK_PLUGINS and advertised too (as the module or as its function).
+        if id(register) in seen:
             continue
-        seen.add(id(target))
-        _register(plugins, name, target)
+        seen.add(id(register))
+        _register(plugins, name, register)
         plugins.loaded.append(name)
     return plugins
 

@@ -152,8 +152,9 @@ class ToolContext:
 
     ``idempotency_key`` is the same on every execution of this call (a retry, a round
     re-executed after a crash, an operator's ``retry-tool``) and different for every other
-    call: pass it to the system the tool changes. ``attempt`` counts the handler's starts
-    for this call in this execution (1 first). ``deadline`` is a ``time.time()`` instant.
+    call: pass it to the system the tool changes. ``attempt`` starts at the round's
+    execution (1 first; more when the round is re-executed after a crash) and grows by one
+    with each retry (``ToolRetry``). ``deadline`` is a ``time.time()`` instant.
     """
 
     run_id: UUID

@@ -366,7 +366,11 @@ def close_tool_round(
             assert invocation.suspension is not None
             suspended = {"tool_call_id": call.id, "name": call.name, **invocation.suspension.to_json()}
             if invocation.suspension.kind in ANSWERED_KINDS:  # whoever answers sees what was asked
-                suspended["args"] = call.args
+                # ... with the args a person approved, when they edited them (a client tool
+                # then runs with those).
+                approval = invocation.approval
+                edited = approval.value if approval is not None and approval.kind == "approve" else None
+                suspended["args"] = call.args if edited is None else edited
             events.append(RoundEvent(EventKind.TOOL_SUSPENDED, suspended))
             continue
         failed = invocation.status == ToolStatus.FAILED

@@ -1,7 +1,8 @@
 """``aidawork``: the command line for operators and scripts.
 
-Exit codes: 0 success; 2 bad input (invalid request, delivery or prerequisite value, unknown
-run), always as one ``aidawork: error:`` line naming the field; 1 anything else.
+Exit codes: 0 success; 2 bad input (invalid request, delivery, prerequisite value or answer,
+unknown run, a refused delivery or answer), always as one ``aidawork: error:`` line naming
+the field; 1 anything else.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
 from runtime.errors import AidaworkError, RequestInvalid
 from runtime.plugins import PluginError, process_plugins
 from schema.store.errors import RootNotFound, RunNotFound
-from schema.store.suspensions import DeliveryRefused
+from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RunEvent
 from worker.logging import configure_logging
 from worker.settings import Settings, SettingsError, get_settings
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
-CLIENT_COMMANDS = frozenset({"submit", "status", "watch", "cancel", "deliver", "resolve"})
+CLIENT_COMMANDS = frozenset(
+    {"submit", "status", "watch", "cancel", "deliver", "resolve", "tool-result", "retry-tool", "approve", "reject"}
+)
 # The processes that sign or verify round proofs: they refuse to start without the secret.
 SECRET_COMMANDS = frozenset({"worker", "beat", "api"})
 
@@ -177,10 +180,82 @@ def cmd_status(args: argparse.Namespace) -> int:
     if view.error_code is not None:
         print(f"error: {view.error_code}: {view.error_message}")
     for wait in view.waiting_for:
-        what = f"files {', '.join(wait.paths or [])}" if wait.kind == "local_read" else f"prerequisite {wait.key!r}"
-        done = " (delivered)" if wait.delivered else ""
+        what = describe_wait(wait.kind, wait.tool_name, paths=wait.paths, key=wait.key, args=wait.args,
+                             reason=wait.reason)
+        done = "" if not wait.delivered else " (delivered)" if wait.kind in INPUT_KINDS else " (answered)"
         print(f"waiting: {wait.tool_call_id} ({wait.tool_name}) needs {what}{done}")
+        if not wait.delivered and wait.kind in ANSWER_HINTS:
+            hint = ANSWER_HINTS[wait.kind].format(run=view.run_id, call=wait.tool_call_id, key=wait.key)
+            print(f"  answer with: {hint}")
     return EXIT_OK
+
+
+INPUT_KINDS = frozenset({"local_read", "prerequisite"})  # the others are answered about the call
+# How each kind of wait is answered from the command line (README: "Waits and how to answer them").
+ANSWER_HINTS = {
+    "local_read": "aidawork deliver {run} {call} --file PATH",
+    "prerequisite": "aidawork resolve {run} {key} --value JSON",
+    "client_tool": "aidawork tool-result {run} {call} --json VALUE [--error]",
+    "approval": "aidawork approve {run} {call} [--args JSON]  or  aidawork reject {run} {call} --reason TEXT",
+    "outcome_unknown": "aidawork tool-result {run} {call} --json VALUE  or  aidawork retry-tool {run} {call}",
+}
+
+
+def _shown(value: Any, limit: int = 200) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def describe_wait(
+    kind: str,
+    tool_name: str,
+    *,
+    paths: Sequence[str] | None = None,
+    key: str | None = None,
+    args: Any = None,
+    reason: str | None = None,
+) -> str:
+    """What a suspended call needs, in a line: for ``status`` and for ``watch``."""
+    call = f"{tool_name}({_shown(args or {})})"
+    if kind == "local_read":
+        return f"files {', '.join(paths or [])}"
+    if kind == "prerequisite":
+        return f"prerequisite {key!r}"
+    if kind == "client_tool":
+        return f"the client's result of {call}"
+    if kind == "approval":
+        return f"approval of {call}"
+    if kind == "outcome_unknown":
+        return f"an operator's word on {call}: its outcome is unknown ({reason or 'no reason recorded'})"
+    return kind
+
+
+def _describe_input(data: dict[str, Any]) -> str:
+    """An ``input_delivered`` event: files, a prerequisite, or an answer to a call."""
+    answer = data.get("answer")
+    if answer is None:
+        return f"{data.get('tool_call_id') or data.get('key')} delivered"
+    call = data["tool_call_id"]
+    if answer == "approve":
+        edited = f" with edited args {_shown(data['args'])}" if "args" in data else ""
+        return f"{call} approved{edited}"
+    if answer == "reject":
+        return f"{call} rejected: {data.get('reason')}"
+    if answer == "retry":
+        return f"{call}: run it again"
+    return f"{call}: result given"
+
+
+def _describe_completed(data: dict[str, Any]) -> str:
+    """A ``tool_completed`` event: the result, whether it failed, and a person's decision."""
+    failed = " (failed)" if data.get("status") == "failed" else ""
+    approval = data.get("approval")
+    decided = ""
+    if approval is not None and approval["decision"] == "reject":
+        decided = " [rejected]"
+    elif approval is not None:
+        decided = " [approved with edited args]" if "args" in approval else " [approved]"
+    return f"{data['name']}{decided} -> {json.dumps(data['result'])[:200]}{failed}"
 
 
 def format_event(event: RunEvent) -> str:
@@ -189,16 +264,17 @@ def format_event(event: RunEvent) -> str:
         calls = ", ".join(f"{c['name']}({json.dumps(c['args'])})" for c in data.get("tool_calls", []))
         detail = f"round {data['boundary_seq']}: " + (f"calls {calls}" if calls else f"says {data.get('content')!r}")
     elif event.kind == "tool_completed":
-        detail = f"{data['name']} -> {json.dumps(data['result'])[:200]}"
+        detail = _describe_completed(data)
     elif event.kind == "run_completed":
         detail = f"output: {data['output']!r}"
     elif event.kind == "tool_suspended":
-        needs = f"files {', '.join(data['paths'])}" if data["kind"] == "local_read" else f"prerequisite {data['key']!r}"
+        needs = describe_wait(data["kind"], data["name"], paths=data.get("paths"), key=data.get("key"),
+                              args=data.get("args"), reason=data.get("reason"))
         detail = f"{data['name']} ({data['tool_call_id']}) waits for {needs}"
     elif event.kind == "input_delivered":
-        detail = f"{data.get('tool_call_id') or data.get('key')} delivered" + (
-            "; resuming" if data["resumable"] else ""
-        )
+        detail = _describe_input(data) + ("; resuming" if data.get("resumable") else "")
+    elif event.kind == "resume_ready":
+        detail = f"{', '.join(data.get('tool_call_ids', []))}: inputs already there; resuming"
     elif event.kind == "round_resumed":
         detail = f"round {data['boundary_seq']}: re-running {', '.join(data['tool_calls'])} (no model call)"
     elif event.kind == "context_rebuilt":
@@ -258,6 +334,44 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_answer(tool_call_id: str, receipt: Receipt, done: str) -> int:
+    state = done if receipt.stored else "the same answer was already given; nothing changed"
+    print(f"{tool_call_id}: {state}{'; the run resumes' if receipt.resumes else ''}")
+    return EXIT_OK
+
+
+def cmd_tool_result(args: argparse.Namespace) -> int:
+    from worker import client
+
+    value = parse_json(args.json, "--json")
+    receipt = client.tool_result(args.run_id, args.tool_call_id, value, is_error=args.error)
+    return _print_answer(args.tool_call_id, receipt, "failed result stored" if args.error else "result stored")
+
+
+def cmd_retry_tool(args: argparse.Namespace) -> int:
+    from worker import client
+
+    receipt = client.retry_tool(args.run_id, args.tool_call_id)
+    return _print_answer(args.tool_call_id, receipt, "it will run again")
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from worker import client
+
+    edited = None if args.args is None else parse_json(args.args, "--args")
+    if edited is not None and not isinstance(edited, dict):
+        raise InputError("--args must be a JSON object: the call's args, edited")
+    receipt = client.approve(args.run_id, args.tool_call_id, args=edited)
+    return _print_answer(args.tool_call_id, receipt, "approved" + (" with edited args" if edited is not None else ""))
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    from worker import client
+
+    receipt = client.reject(args.run_id, args.tool_call_id, reason=args.reason)
+    return _print_answer(args.tool_call_id, receipt, "rejected")
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from worker import client
 
@@ -313,6 +427,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key")
     p.add_argument("--value", required=True, help="the value, as JSON")
     p.set_defaults(fn=cmd_resolve)
+    p = sub.add_parser("tool-result", help="the result of a client tool, or of a call whose outcome is unknown")
+    p.add_argument("run_id", type=_run_id)
+    p.add_argument("tool_call_id")
+    p.add_argument("--json", required=True, metavar="VALUE", help="the result, as JSON")
+    p.add_argument("--error", action="store_true", help="the call failed: the model sees a failed result")
+    p.set_defaults(fn=cmd_tool_result)
+    p = sub.add_parser("retry-tool", help="run an at_most_once call whose outcome is unknown once more")
+    p.add_argument("run_id", type=_run_id)
+    p.add_argument("tool_call_id")
+    p.set_defaults(fn=cmd_retry_tool)
+    p = sub.add_parser("approve", help="let a call that waits for approval run (maybe with edited args)")
+    p.add_argument("run_id", type=_run_id)
+    p.add_argument("tool_call_id")
+    p.add_argument("--args", default=None, metavar="JSON", help="the call's args, edited (the whole object)")
+    p.set_defaults(fn=cmd_approve)
+    p = sub.add_parser("reject", help="refuse a call that waits for approval; the model is told why")
+    p.add_argument("run_id", type=_run_id)
+    p.add_argument("tool_call_id")
+    p.add_argument("--reason", required=True, help="why (shown to the model)")
+    p.set_defaults(fn=cmd_reject)
     p = sub.add_parser("cancel", help="cancel a run that has not ended")
     p.add_argument("run_id", type=_run_id)
     p.set_defaults(fn=cmd_cancel)

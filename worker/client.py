@@ -1,8 +1,11 @@
 """The Python interface for upstream services: submit a run, read its status, follow its
-events, cancel it, deliver what a suspended run waits for. ``submit`` validates through
-``prepare_execution`` first, and ``deliver`` / ``resolve`` through ``check_delivery`` /
-``check_prerequisite`` (the same ``json_problem`` rules), so bad input raises
-``RequestInvalid`` naming the field and nothing is stored or queued.
+events, cancel it, deliver what a suspended run waits for (files, a prerequisite) and
+answer its suspended calls (a client tool's result, an approval or a rejection, an
+operator's word on an unknown outcome). ``submit`` validates through
+``prepare_execution`` first, and the others through ``check_delivery`` /
+``check_prerequisite`` / ``check_tool_result`` / ``check_approval`` / ``check_rejection``
+(the same ``json_problem`` rules), so bad input raises ``RequestInvalid`` naming the field
+and nothing is stored or queued.
 
 Each function takes a ``ClientContext`` (``worker.client_context``: an engine, the
 request checks, a dispatcher on its broker); without one, this process's, built from
@@ -19,14 +22,17 @@ from uuid import UUID
 import structlog
 
 from runtime.canonical import require_json, text_problem
+from runtime.deps import client_tool
 from runtime.errors import RequestInvalid
-from runtime.prepare import prepare_execution
+from runtime.prepare import format_loc, parse_turn_config, prepare_execution
+from runtime.tools import Tool, ToolArgsInvalid
 from schema.store import events as event_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
 from schema.store.runs import Submitted
-from schema.store.suspensions import Receipt
+from schema.store.suspensions import Answer, Receipt, WaitingCall
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
+from schema.wire.vocab import ToolAnswerKind
 from worker.app import send_or_defer
 from worker.client_context import ClientContext, get_client_context
 
@@ -84,6 +90,56 @@ def check_prerequisite(key: object, value: object) -> None:
     require_json(value, "value")
 
 
+MAX_REASON_CHARS = 2000
+
+
+def check_tool_call_id(tool_call_id: object) -> None:
+    """``RequestInvalid`` (field ``tool_call_id``) for an id that is empty or no store can hold."""
+    _check_text(tool_call_id, "tool_call_id")
+    if not tool_call_id:
+        raise RequestInvalid("tool_call_id", "must not be empty")
+
+
+def check_tool_result(tool_call_id: object, value: object, is_error: object = False) -> None:
+    """``RequestInvalid`` (field ``tool_call_id``, ``result`` and the path inside it, or
+    ``is_error``) for a tool result no store can hold."""
+    check_tool_call_id(tool_call_id)
+    require_json(value, "result")
+    if not isinstance(is_error, bool):
+        raise RequestInvalid("is_error", "must be a boolean")
+
+
+def check_approval(tool_call_id: object, args: object = None) -> None:
+    """``RequestInvalid`` (``tool_call_id``, or ``args`` and the path inside it) for an
+    approval no store can hold; edited ``args`` must be a JSON object."""
+    check_tool_call_id(tool_call_id)
+    if args is not None:
+        require_json(args, "args")
+        if not isinstance(args, Mapping):
+            raise RequestInvalid("args", "must be a JSON object (the call's args, edited)")
+
+
+def check_rejection(tool_call_id: object, reason: object) -> None:
+    """``RequestInvalid`` (``tool_call_id`` or ``reason``): a rejection says why, in at
+    most MAX_REASON_CHARS characters (the model is shown it)."""
+    check_tool_call_id(tool_call_id)
+    _check_text(reason, "reason")
+    assert isinstance(reason, str)
+    if not reason.strip():
+        raise RequestInvalid("reason", "must not be empty: say why the call is rejected")
+    if len(reason) > MAX_REASON_CHARS:
+        raise RequestInvalid("reason", f"{len(reason)} characters is over the limit of {MAX_REASON_CHARS}")
+
+
+def _resume(ctx: ClientContext, run_id: UUID, receipt: Receipt) -> Receipt:
+    """After the commit that made the run ready: send its resume. The run is stored ready
+    either way; a broker that is down makes it due for the reconciler instead."""
+    if receipt.resumes:
+        resumes = receipt.resumes
+        send_or_defer(ctx.store, run_id, lambda: ctx.dispatch.resume(resumes))
+    return receipt
+
+
 def deliver(run_id: UUID, tool_call_id: str, files: Mapping[str, str], *, ctx: ClientContext | None = None) -> Receipt:
     """Deliver the files a suspended tool call asked for (path -> UTF-8 text). Delivering
     the same files again changes nothing; anything the run is not waiting for is refused
@@ -93,9 +149,7 @@ def deliver(run_id: UUID, tool_call_id: str, files: Mapping[str, str], *, ctx: C
     receipt = suspension_store.deliver_local_read(
         ctx.engine, run_id, tool_call_id, dict(files), max_file_bytes=ctx.settings.max_local_read_bytes
     )
-    if receipt.resumes:
-        ctx.dispatch.resume(receipt.resumes)
-    return receipt
+    return _resume(ctx, run_id, receipt)
 
 
 def resolve(run_id: UUID, key: str, value: Any, *, ctx: ClientContext | None = None) -> Receipt:
@@ -103,9 +157,85 @@ def resolve(run_id: UUID, key: str, value: Any, *, ctx: ClientContext | None = N
     check_prerequisite(key, value)
     ctx = ctx or get_client_context()
     receipt = suspension_store.resolve_prerequisite(ctx.engine, run_id, key, value)
-    if receipt.resumes:
-        ctx.dispatch.resume(receipt.resumes)
-    return receipt
+    return _resume(ctx, run_id, receipt)
+
+
+# --- answers to suspended calls ----------------------------------------------------------
+# Each is refused with ``DeliveryRefused`` (nothing stored) unless the run waits for that
+# kind of answer to that very call; the same answer again changes nothing (stored False).
+
+
+def _answer(ctx: ClientContext | None, run_id: UUID, tool_call_id: str, answer: Answer) -> Receipt:
+    ctx = ctx or get_client_context()
+    receipt = suspension_store.answer_tool_call(ctx.engine, run_id, tool_call_id, answer)
+    return _resume(ctx, run_id, receipt)
+
+
+def tool_result(
+    run_id: UUID, tool_call_id: str, value: Any, *, is_error: bool = False, ctx: ClientContext | None = None
+) -> Receipt:
+    """The result of a call that waits for one: a client tool's (``client_tool``), or an
+    operator's word on what an ``at_most_once`` call whose end was never recorded did
+    (``outcome_unknown``). ``is_error``: the call failed; the model sees a failed result."""
+    check_tool_result(tool_call_id, value, is_error)
+    return _answer(ctx, run_id, tool_call_id, Answer(ToolAnswerKind.RESULT, value, is_error=is_error))
+
+
+def retry_tool(run_id: UUID, tool_call_id: str, *, ctx: ClientContext | None = None) -> Receipt:
+    """Run an ``at_most_once`` call whose outcome is unknown once more, knowingly (it may
+    then have happened twice; its handler gets the same idempotency key)."""
+    check_tool_call_id(tool_call_id)
+    return _answer(ctx, run_id, tool_call_id, Answer(ToolAnswerKind.RETRY))
+
+
+def approve(
+    run_id: UUID, tool_call_id: str, *, args: Mapping[str, Any] | None = None, ctx: ClientContext | None = None
+) -> Receipt:
+    """Let a call that waits for approval run: as proposed, or with ``args`` instead (the
+    whole args, edited), which are checked against the tool's schema first (``RequestInvalid``
+    naming ``args.<field>``; nothing stored)."""
+    check_approval(tool_call_id, args)
+    ctx = ctx or get_client_context()
+    edited = None if args is None else dict(args)
+    if edited is not None:
+        _check_edited_args(ctx, run_id, tool_call_id, edited)
+    return _answer(ctx, run_id, tool_call_id, Answer(ToolAnswerKind.APPROVE, edited))
+
+
+def reject(run_id: UUID, tool_call_id: str, *, reason: str, ctx: ClientContext | None = None) -> Receipt:
+    """Refuse a call that waits for approval: it never runs, and the model gets a failed
+    result (``TOOL_REJECTED``) with ``reason``; the run goes on to its next round."""
+    check_rejection(tool_call_id, reason)
+    return _answer(ctx, run_id, tool_call_id, Answer(ToolAnswerKind.REJECT, reason=reason))
+
+
+def _check_edited_args(ctx: ClientContext, run_id: UUID, tool_call_id: str, args: dict[str, Any]) -> None:
+    waiting = suspension_store.waiting_call(ctx.engine, run_id, tool_call_id)
+    if waiting is None or waiting.kind != "approval":
+        return  # not waiting for an approval: the store refuses it, saying why
+    tool = _tool_of(ctx, waiting)
+    if tool is None:
+        # A tool this process does not have (one a worker opens at start): the worker
+        # checks the args when it runs the call, and a mismatch is a failed result.
+        log.warning("approval_args_unchecked", run_id=str(run_id), tool_call_id=tool_call_id, tool=waiting.tool_name)
+        return
+    try:
+        tool.parse_args(args, strict=True)
+    except ToolArgsInvalid as exc:
+        raise RequestInvalid(format_loc(exc.loc, "args"), exc.message) from None
+
+
+def _tool_of(ctx: ClientContext, waiting: WaitingCall) -> Tool | None:
+    """The waiting call's tool: one of this process's, or a client tool of the run's config."""
+    tool = ctx.runtime.base.tools.get(waiting.tool_name)
+    if tool is not None:
+        return tool
+    try:
+        config = parse_turn_config(waiting.config, ctx.runtime.base.turn_config)
+    except RequestInvalid:  # a config of a provider this process does not load
+        return None
+    spec = next((t for t in config.client_tools if t.name == waiting.tool_name), None)
+    return None if spec is None else client_tool(spec)
 
 
 def events(

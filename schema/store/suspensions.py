@@ -62,7 +62,7 @@ _DELIVERED = """CASE ti.suspension->>'kind'
 
 _SUSPENDED_CALLS_SQL = text(
     f"""
-SELECT ti.tool_call_id, ti.tool_name, ti.tool_domain, ti.args, ti.args_digest, ti.invocation_id,
+SELECT ti.tool_call_id, ti.tool_name, ti.tool_domain, ti.args, ti.approval, ti.args_digest, ti.invocation_id,
        ti.work_owner, ti.claim_fence, ti.proof, ti.suspension, rd.proof AS round_proof,
        {_DELIVERED} AS delivered
 FROM runs AS r
@@ -101,12 +101,19 @@ def waiting_for(conn: Connection, run_id: UUID) -> list[WaitingFor]:
             kind=row.suspension["kind"],
             paths=row.suspension.get("paths"),
             key=row.suspension.get("key"),
-            args=row.args if row.suspension["kind"] in ANSWERED_KINDS else None,
+            args=_shown_args(row) if row.suspension["kind"] in ANSWERED_KINDS else None,
             reason=row.suspension.get("reason"),
             delivered=row.delivered,
         )
         for row in _suspended_calls(conn, run_id)
     ]
+
+
+def _shown_args(row: Any) -> Any:
+    """The args a waiting call is answered about: as approved when a person edited them
+    (a client tool then runs with those), else as the model proposed them."""
+    approval = row.approval or {}
+    return approval["args"] if approval.get("decision") == "approve" and "args" in approval else row.args
 
 
 def _lock_run(conn: Connection, run_id: UUID) -> Any:
@@ -274,18 +281,32 @@ class Answer:
     reason: str | None = None
 
 
+def _given_before(conn: Connection, run_id: UUID, tool_call_id: str, given: tuple[Any, ...]) -> bool:
+    """Whether this very answer was given to the call before (for any of its waits)."""
+    earlier = conn.execute(
+        text("SELECT kind, value, is_error, reason FROM tool_answers WHERE run_id = :id AND tool_call_id = :call"),
+        {"id": run_id, "call": tool_call_id},
+    ).all()
+    return any(tuple(row) == given for row in earlier)
+
+
 def answer_tool_call_txn(conn: Connection, run_id: UUID, tool_call_id: str, answer: Answer) -> Receipt:
     run = _lock_run(conn, run_id)
-    _refuse_if_ended(run_id, run)
-    call = next((c for c in _suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
+    given = (str(answer.kind), answer.value, answer.is_error, answer.reason)
+    ended = run.status in ("completed", "failed", "cancelled")
+    call = None if ended else next((c for c in _suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
     if call is None:
+        # The same answer again after it was acted on (a client's retry that arrives after
+        # the resume, even after the run ended) changes nothing, like a delivery repeated.
+        if _given_before(conn, run_id, tool_call_id, given):
+            return Receipt(stored=False, resumes=[])
+        _refuse_if_ended(run_id, run)
         raise DeliveryRefused(run_id, f"it is not waiting for tool call {tool_call_id!r}", "tool_call_id")
     wait = call.suspension["kind"]
     if answer.kind not in ANSWERS_FOR.get(wait, frozenset()):
         raise DeliveryRefused(
             run_id, f"tool call {tool_call_id!r} waits for {_WAITS[wait]}, not {_ANSWER_NAMES[answer.kind]}", "kind"
         )
-    given = (str(answer.kind), answer.value, answer.is_error, answer.reason)
     existing = conn.execute(
         text("SELECT kind, value, is_error, reason FROM tool_answers WHERE run_id = :id AND invocation_id = :inv"),
         {"id": run_id, "inv": call.invocation_id},
@@ -321,6 +342,31 @@ def answer_tool_call(engine: Engine, run_id: UUID, tool_call_id: str, answer: An
     return run_transaction(
         engine, lambda conn: answer_tool_call_txn(conn, run_id, tool_call_id, answer), name="answer_tool_call"
     )
+
+
+@dataclass(frozen=True)
+class WaitingCall:
+    """A suspended call of a run as the one answering it needs it: what it waits for, and
+    the run's owner and stored config (to find the call's tool and check edited args)."""
+
+    tool_name: str
+    kind: str
+    owner: str
+    config: dict[str, Any]
+
+
+def waiting_call(engine: Engine, run_id: UUID, tool_call_id: str) -> WaitingCall | None:
+    """The run's suspended call ``tool_call_id``, or None when the run waits for no such
+    call; ``RunNotFound`` for no such run. A read only: the answer is checked again, under
+    the run's lock, when it is stored."""
+    with engine.connect() as conn:
+        run = conn.execute(text("SELECT owner, config FROM runs WHERE id = :id"), {"id": run_id}).one_or_none()
+        if run is None:
+            raise RunNotFound(run_id)
+        call = next((c for c in _suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
+    if call is None:
+        return None
+    return WaitingCall(call.tool_name, call.suspension["kind"], run.owner, run.config)
 
 
 def resume_if_ready_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoundResume]:

@@ -84,6 +84,8 @@ class EventKind(StrEnum):
     RUN_SUSPENDED = "run_suspended"
     INPUT_DELIVERED = "input_delivered"
     ROUND_RESUMED = "round_resumed"
+    # A suspended round whose inputs were all there already (no delivery needed) is ready.
+    RESUME_READY = "resume_ready"
     BREAKER_TRIPPED = "breaker_tripped"
     CONTEXT_REBUILT = "context_rebuilt"
     RUN_COMPLETED = "run_completed"

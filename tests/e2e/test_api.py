@@ -248,6 +248,9 @@ def test_the_openapi_document_lists_the_endpoints(api: ApiServer) -> None:
         ("/v1/runs/{run_id}/cancel", "post"),
         ("/v1/runs/{run_id}/deliveries", "post"),
         ("/v1/runs/{run_id}/prerequisites", "post"),
+        ("/v1/runs/{run_id}/tool-results", "post"),
+        ("/v1/runs/{run_id}/approvals", "post"),
+        ("/v1/runs/{run_id}/tool-retries", "post"),
         ("/v1/runs/{run_id}/events", "get"),
         ("/v1/roots/{root_id}/runs", "get"),
     }

@@ -130,3 +130,12 @@ def wait_exit(cluster: Cluster, name: str, *, timeout_s: float = WAIT_S) -> int:
             raise AssertionError(f"process {name} did not exit within {timeout_s}s")
         time.sleep(0.02)
     return proc.returncode
+
+
+def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """One ``aidawork`` client command on the test database and broker."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+    env.update({"AIDAWORK_DATABASE_URL": db_url, "AIDAWORK_BROKER_URL": BROKER_URL})
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )

@@ -41,19 +41,31 @@ def scripted_request(
     max_rounds: int = 50,
     text_input: str = "go",
     system_prompt: str = "test",
+    require_approval: Sequence[str] = (),
+    client_tools: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """A run request for the scripted model, which plays ``turns`` one per round."""
-    return {
-        "owner": owner,
-        "root_id": root_id,
-        "input": text_input,
-        "config": {
-            "model": {"provider": "scripted", "turns": turns},
-            "system_prompt": system_prompt,
-            "tools": list(tools),
-            "policy": {"max_rounds": max_rounds},
-        },
+    """A run request for the scripted model, which plays ``turns`` one per round;
+    ``require_approval`` and ``client_tools`` go into the config when given."""
+    config: dict[str, Any] = {
+        "model": {"provider": "scripted", "turns": turns},
+        "system_prompt": system_prompt,
+        "tools": list(tools),
+        "policy": {"max_rounds": max_rounds},
     }
+    if require_approval:
+        config["policy"]["require_approval"] = list(require_approval)
+    if client_tools:
+        config["client_tools"] = [dict(t) for t in client_tools]
+    return {"owner": owner, "root_id": root_id, "input": text_input, "config": config}
+
+
+# A client-side tool (runs in the upstream service): every call waits for its result.
+PICK_COLOR: dict[str, Any] = {
+    "name": "pick_color",
+    "description": "Ask the user to pick a color.",
+    "parameters": {"type": "object", "properties": {"hint": {"type": "string"}}, "required": ["hint"],
+                   "additionalProperties": False},
+}
 
 
 def without_owner(request: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,8 @@ TABLES = {
     "model_calls": "id",
     "local_reads": "run_id, tool_call_id, path",
     "prerequisites": "run_id, key",
+    "tool_answers": "run_id, invocation_id",
+    "tool_executions": "run_id, tool_call_id",
 }
 
 

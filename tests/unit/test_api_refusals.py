@@ -88,6 +88,49 @@ def test_a_delivered_file_no_store_can_hold_is_a_422_naming_the_file(files: Any,
     assert reason in error_of(response)["message"]
 
 
+ANSWERS: list[Any] = [
+    pytest.param("tool-results", '{"tool_call_id": "c", "result": NaN}', "result", NON_FINITE, id="result_nan"),
+    pytest.param("tool-results", '{"tool_call_id": "c", "result": {"a": ["\\u0000"]}}', "result.a[0]", NUL_CHARACTER,
+                 id="result_nul"),
+    pytest.param("tool-results", '{"tool_call_id": "c", "result": ' + deep(100) + "}",
+                 "result" + "[0]" * MAX_JSON_DEPTH, TOO_DEEP, id="result_deep"),
+    pytest.param("tool-results", '{"tool_call_id": "", "result": 1}', "tool_call_id", "at least 1", id="empty_id"),
+    pytest.param("tool-results", '{"tool_call_id": "c\\u0000", "result": 1}', "tool_call_id", NUL_CHARACTER,
+                 id="nul_id"),
+    pytest.param("tool-results", '{"tool_call_id": "c"}', "result", "Field required", id="no_result"),
+    pytest.param("tool-results", '{"tool_call_id": "c", "result": 1, "is_error": "yes"}', "is_error", "boolean",
+                 id="is_error_a_string"),
+    pytest.param("approvals", '{"tool_call_id": "c", "decision": "maybe"}', "decision", "approve", id="decision"),
+    pytest.param("approvals", '{"tool_call_id": "c", "decision": "reject"}', "reason", "must say why",
+                 id="reject_without_reason"),
+    pytest.param("approvals", '{"tool_call_id": "c", "decision": "reject", "reason": "  "}', "reason", "empty",
+                 id="reject_blank_reason"),
+    pytest.param("approvals", '{"tool_call_id": "c", "decision": "reject", "reason": "' + "r" * 2001 + '"}', "reason",
+                 "over the limit of 2000", id="reject_long_reason"),
+    pytest.param("approvals", '{"tool_call_id": "c", "decision": "reject", "reason": "no", "args": {}}', "args",
+                 "only an approval", id="reject_with_args"),
+    pytest.param("approvals", '{"tool_call_id": "c", "decision": "approve", "reason": "ok"}', "reason",
+                 "only a rejection", id="approve_with_reason"),
+    pytest.param("approvals", '{"tool_call_id": "c", "decision": "approve", "args": [1]}', "args",
+                 "dictionary", id="args_not_an_object"),
+    pytest.param("approvals", '{"tool_call_id": "c", "decision": "approve", "args": {"a": Infinity}}', "args.a",
+                 NON_FINITE, id="args_infinity"),
+    pytest.param("tool-retries", '{"tool_call_id": ""}', "tool_call_id", "at least 1", id="retry_empty_id"),
+    pytest.param("tool-retries", '{"tool_call_id": "c", "x": 1}', "x", "Extra inputs", id="retry_extra_field"),
+]
+
+
+@pytest.mark.parametrize(("endpoint", "body", "field", "reason"), ANSWERS)
+def test_an_answer_no_store_can_hold_is_a_422_naming_the_field_before_the_store(
+    endpoint: str, body: str, field: str, reason: str
+) -> None:
+    response = post(f"{RUN}/{endpoint}", body.encode())
+
+    assert (response.status_code, error_of(response)["code"]) == (422, "REQUEST_INVALID"), response.text
+    assert error_of(response)["field"] == field, response.text
+    assert reason in error_of(response)["message"], response.text
+
+
 VALID = {"input": "go", "config": {"model": {"provider": "scripted", "turns": [{"content": "hi"}]}}}
 SUBMISSIONS: list[Any] = [
     pytest.param(json.dumps(VALID).replace('"hi"', "NaN"), "config.model.turns[0].content", NON_FINITE, id="nan"),

@@ -3,10 +3,10 @@ shares with the Python client): frozen, and a field nobody declared is refused."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from schema.wire import RootRunView
 
@@ -35,6 +35,37 @@ class Prerequisite(_Body):
     value: Any = Field(description="any JSON value")
 
 
+class ToolResult(_Body):
+    """The result of a suspended call that waits for one: a client tool's
+    (``client_tool``), or an operator's word on an ``at_most_once`` call whose outcome is
+    unknown (``outcome_unknown``)."""
+
+    tool_call_id: str = Field(min_length=1)
+    result: Any = Field(description="any JSON value: what the call returned")
+    is_error: StrictBool = Field(default=False, description="the call failed: the model sees a failed result")
+
+
+class ToolApproval(_Body):
+    """A person's decision on a call that waits for approval (``approval``)."""
+
+    tool_call_id: str = Field(min_length=1)
+    decision: Literal["approve", "reject"]
+    args: dict[str, Any] | None = Field(
+        default=None,
+        description="approve only: the call's args, edited (the whole object), checked against the tool's schema",
+    )
+    reason: str | None = Field(
+        default=None, description="reject only, and required there: why (shown to the model; at most 2000 characters)"
+    )
+
+
+class ToolRetry(_Body):
+    """Run an ``at_most_once`` call whose outcome is unknown (``outcome_unknown``) once
+    more, knowingly: it may then have happened twice."""
+
+    tool_call_id: str = Field(min_length=1)
+
+
 class SubmittedRun(_Body):
     run_id: UUID
     root_id: UUID
@@ -42,7 +73,7 @@ class SubmittedRun(_Body):
 
 
 class DeliveryReceipt(_Body):
-    stored: bool = Field(description="false: this exact input was already there; nothing changed")
+    stored: bool = Field(description="false: this exact input (or answer) was already there; nothing changed")
     resuming: bool = Field(description="the run had all its inputs and was sent to resume")
 
 

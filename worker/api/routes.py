@@ -4,6 +4,7 @@ what it was sent before it takes the context, so a refused request stores nothin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -15,7 +16,7 @@ from runtime.prepare import parse_request
 from schema.store import owners as owner_store
 from schema.store.errors import RootNotFound
 from schema.store.owners import TailKey
-from schema.store.suspensions import DeliveryRefused
+from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RunView
 from worker import client
 from worker.api.auth import Credentials, token_digest
@@ -29,6 +30,9 @@ from worker.api.models import (
     RootRuns,
     RunSubmission,
     SubmittedRun,
+    ToolApproval,
+    ToolResult,
+    ToolRetry,
 )
 from worker.api.streams import EventStreamResponse, parse_last_event_id
 
@@ -101,6 +105,64 @@ def resolve(run_id: UUID, body: Prerequisite, owner: Owner, state: State) -> Del
     except DeliveryRefused as exc:
         raise ApiError(409, exc.code, exc.message, exc.field) from None
     return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
+
+
+def _answered(answer: Callable[[], Receipt]) -> DeliveryReceipt:
+    try:
+        receipt = answer()
+    except DeliveryRefused as exc:
+        raise ApiError(409, exc.code, exc.message, exc.field) from None
+    return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
+
+
+@router.post(
+    "/runs/{run_id}/tool-results",
+    response_model=DeliveryReceipt,
+    summary="The result of a client tool, or of a call whose outcome is unknown",
+)
+def tool_result(run_id: UUID, body: ToolResult, owner: Owner, state: State) -> DeliveryReceipt:
+    client.check_tool_result(body.tool_call_id, body.result, body.is_error)  # before the store
+    ctx = state.context()
+    owner_store.check_run_owner(ctx.engine, run_id, owner)
+    return _answered(lambda: client.tool_result(run_id, body.tool_call_id, body.result, is_error=body.is_error,
+                                                ctx=ctx))
+
+
+@router.post(
+    "/runs/{run_id}/approvals",
+    response_model=DeliveryReceipt,
+    summary="Approve (maybe with edited args) or reject a call that waits for approval",
+)
+def approval(run_id: UUID, body: ToolApproval, owner: Owner, state: State) -> DeliveryReceipt:
+    if body.decision == "approve":
+        if body.reason is not None:
+            raise ApiError(422, "REQUEST_INVALID", "reason: only a rejection takes a reason", "reason")
+        client.check_approval(body.tool_call_id, body.args)
+    else:
+        if body.args is not None:
+            raise ApiError(422, "REQUEST_INVALID", "args: only an approval takes args", "args")
+        if body.reason is None:
+            raise ApiError(422, "REQUEST_INVALID", "reason: a rejection must say why", "reason")
+        client.check_rejection(body.tool_call_id, body.reason)
+    ctx = state.context()
+    owner_store.check_run_owner(ctx.engine, run_id, owner)
+    if body.decision == "approve":
+        return _answered(lambda: client.approve(run_id, body.tool_call_id, args=body.args, ctx=ctx))
+    reason = body.reason
+    assert reason is not None
+    return _answered(lambda: client.reject(run_id, body.tool_call_id, reason=reason, ctx=ctx))
+
+
+@router.post(
+    "/runs/{run_id}/tool-retries",
+    response_model=DeliveryReceipt,
+    summary="Run a call whose outcome is unknown once more",
+)
+def tool_retry(run_id: UUID, body: ToolRetry, owner: Owner, state: State) -> DeliveryReceipt:
+    client.check_tool_call_id(body.tool_call_id)  # before the store
+    ctx = state.context()
+    owner_store.check_run_owner(ctx.engine, run_id, owner)
+    return _answered(lambda: client.retry_tool(run_id, body.tool_call_id, ctx=ctx))
 
 
 @router.get("/roots/{root_id}/runs", response_model=RootRuns, summary="A Root's runs, in execution order")

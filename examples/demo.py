@@ -192,7 +192,7 @@ def own_agent(runs: dict[str, Any]) -> None:
     seen = 0
     for _ in range(2):
         view = wait_for(run_id, "suspended")
-        events = client.events(run_id, after_seq=seen, follow=False)
+        events = list(client.events(run_id, after_seq=seen, follow=False))
         for event in events:
             say(f"  [own-agent ] {format_event(event)}")
         seen = events[-1].seq if events else seen

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
 import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from runtime.canonical import MAX_RESULT_DEPTH, json_problem
 from runtime.context import context_chain, context_form
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelUnavailable, RequestInvalid
@@ -60,8 +62,9 @@ class RoundDisposition(StrEnum):
 
 class LedgerHooks:
     """Writes the model-call ledger around the call: a row before (fenced, so a stale
-    holder never pays for a call) and its outcome and usage right after - recorded even
-    when the fence was lost while the call was in flight (marked stale; then FenceLost)."""
+    holder never pays for a call) and its outcome, usage and accepted response right
+    after - recorded even when the fence was lost while the call was in flight (marked
+    stale; then FenceLost)."""
 
     def __init__(self, ctx: WorkerContext, claim: Claim) -> None:
         self._ctx = ctx
@@ -85,8 +88,19 @@ class LedgerHooks:
             input_tokens=response.usage.input_tokens if response else None,
             output_tokens=response.usage.output_tokens if response else None,
             error_code=error.code if error else None,
+            response=_storable(response),
         )
         failpoints.hit("after_model_call", owner=self._claim.owner)
+
+
+def _storable(response: ModelResponse | None) -> dict[str, Any] | None:
+    """The response as the ledger keeps it for a redone round, or None when it holds a
+    value no jsonb column can (the round then fails with MODEL_RESPONSE_INVALID, and a
+    redone round calls the model again rather than the ledger write failing here)."""
+    if response is None:
+        return None
+    body = response.to_json()
+    return body if json_problem(body, "response", max_depth=MAX_RESULT_DEPTH) is None else None
 
 
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:

@@ -126,7 +126,8 @@ def drive(side: Side) -> list[Any]:
         (
             "stale ledger",
             fenced(lambda: s.record_model_call_finished(
-                call, c2.run_id, c2.fence, response_digest="r", input_tokens=1, output_tokens=1, error_code=None
+                call, c2.run_id, c2.fence, response_digest="r", input_tokens=1, output_tokens=1, error_code=None,
+                response={"content": "r", "tool_calls": [{"id": "c", "name": "echo", "args": {"x": 1.5}}]},
             )),
         )
     )

@@ -239,6 +239,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                     "status": "started",
                     "request_digest": request_digest,
                     "response_digest": None,
+                    "response": None,
                     "input_tokens": None,
                     "output_tokens": None,
                     "error_code": None,
@@ -257,6 +258,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
         input_tokens: int | None,
         output_tokens: int | None,
         error_code: str | None,
+        response: dict[str, Any] | None = None,
     ) -> None:
         with self._lock:
             self.calls.append("record_model_call_finished")
@@ -267,6 +269,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
             call.update(
                 status="failed" if error_code else "succeeded",
                 response_digest=response_digest,
+                response=None if error_code or response is None else as_json(response),
                 input_tokens=input_tokens,
                 output_tokens=output_tokens,
                 error_code=error_code,

@@ -4,7 +4,8 @@
    messages this process has not cached yet - one statement;
 2. stop a poison round: too many failed executions at one boundary fail the run;
 3. run exactly one round in the runtime core, under the lease keeper's heartbeat,
-   with the model call written to the ledger before and after;
+   with the model call written to the ledger before and after (or no call at all when
+   the claim brought the response an earlier holder accepted for the same request);
 4. commit the round - one fenced statement;
 5. after the commit, enqueue what comes next (the next round, or the Root's next run).
 """
@@ -64,7 +65,8 @@ class LedgerHooks:
     """Writes the model-call ledger around the call: a row before (fenced, so a stale
     holder never pays for a call) and its outcome, usage and accepted response right
     after - recorded even when the fence was lost while the call was in flight (marked
-    stale; then FenceLost)."""
+    stale; then FenceLost). A round that goes on from an earlier holder's response writes
+    nothing: that call is on the ledger already."""
 
     def __init__(self, ctx: WorkerContext, claim: Claim) -> None:
         self._ctx = ctx
@@ -90,6 +92,12 @@ class LedgerHooks:
             error_code=error.code if error else None,
             response=_storable(response),
         )
+        failpoints.hit("after_model_call", owner=self._claim.owner)
+
+    def model_response_reused(self, request_digest: str) -> None:
+        log.info("model_response_reused", request_digest=request_digest)
+        # The round is where a call would have left it, response in hand: a round that
+        # kills its worker from here on still does (and spends its attempts) when redone.
         failpoints.hit("after_model_call", owner=self._claim.owner)
 
 

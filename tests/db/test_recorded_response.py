@@ -18,7 +18,7 @@ from schema.store import rounds as round_store
 from schema.store.errors import FenceLost
 from schema.wire import RoundTask
 from schema.wire.claim import Claim, RecordedResponse
-from tests.support.db import model_calls, run_row
+from tests.support.db import model_calls, round_rows, run_row
 from tests.support.requests import scripted_request
 from tests.support.store import HOLDER, claim, expire_lease, record, submit
 from tests.support.suspensions import ready_read_one
@@ -112,6 +112,32 @@ def test_a_resume_claim_hands_back_no_response(ctx: Any) -> None:
         resume_of=[r.invocation_id for r in resumes],
     )
     assert resumed is not None and resumed.recorded_response is None
+
+
+def test_a_round_redone_after_its_holder_died_past_the_call_goes_on_from_the_recorded_response(
+    ctx: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turns = [{"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]}, {"content": "5"}]
+    run_id = client.submit(scripted_request(turns), ctx=ctx).run_id
+    real = round_module.drive_react_loop
+
+    def stopped_in_its_tools(deps: Any, state: Any, hooks: Any) -> Any:
+        real(deps, state, hooks)
+        raise SystemExit  # the worker stopped before the round committed
+
+    monkeypatch.setattr(round_module, "drive_react_loop", stopped_in_its_tools)
+    with pytest.raises(SystemExit):
+        round_module.execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=0))
+    monkeypatch.undo()
+    (paid,) = model_calls(ctx.engine, run_id)
+    assert paid["status"] == "succeeded" and paid["response"] is not None
+
+    assert round_module.execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=0)) is RoundDisposition.COMMITTED
+    assert model_calls(ctx.engine, run_id) == [paid]  # no second call, nothing else written to the ledger
+    (committed,) = round_rows(ctx.engine, run_id)
+    assert committed["claim_fence"] == paid["claim_fence"] + 1
+    assert committed["accepted_response_digest"] == ModelResponse.from_json(paid["response"]).digest()
+    assert committed["accepted_response_digest"] == paid["response_digest"]  # no call ids were renamed
 
 
 def test_a_response_no_jsonb_can_hold_fails_the_round_and_is_not_kept(

@@ -62,7 +62,8 @@ MODEL_RESPONSE_INVALID = "MODEL_RESPONSE_INVALID"
 
 class RoundHooks(Protocol):
     """Called around the model call, so the caller can record the call in its ledger
-    before and after (and inject faults in tests)."""
+    before and after (and inject faults in tests); or, instead of both, once when the
+    round goes on from a response an earlier holder was given (nothing to record)."""
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None: ...
 
@@ -78,6 +79,8 @@ class RoundHooks(Protocol):
         """Record how an ``at_most_once`` call ended (a suspension clears its start)."""
         ...
 
+    def model_response_reused(self, request_digest: str) -> None: ...
+
 
 class NoHooks:
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
@@ -90,6 +93,9 @@ class NoHooks:
         return None
 
     def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        return None
+
+    def model_response_reused(self, request_digest: str) -> None:
         return None
 
 
@@ -126,32 +132,43 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
 
     A retryable model error (``ModelUnavailable``) propagates: the round did not happen
     and may be tried again. Every other model error ends the run with its code.
+
+    When ``state`` carries the response an earlier holder of this round was given for
+    this very request (same request digest: same system prompt, context and tools), the
+    round goes on from it - the same tool calls, the same digests - and the model is not
+    called again; a changed context (a rebuild, say) calls the model as usual.
     """
     hooks = hooks or NoHooks()
     new = Appender.after(state, deps)
     if state.boundary_seq == 0:
         new.append(user_message(state.input))
     messages_digest = new.digest
-    request = ModelRequest(
-        system=deps.system_prompt,
-        messages=state.history + new.context(),
-        tools=deps.tool_specs,
-        messages_digest=messages_digest,
-        round_index=state.boundary_seq,
-        timeout_s=deps.policy.model_timeout_s,
-    )
-    hooks.model_call_started(request, request_digest(deps, messages_digest))
-    try:
-        response = deps.model.complete(request)
-    except ModelError as exc:
-        hooks.model_call_finished(None, exc)
-        if exc.retryable:
-            raise
-        outcome: RoundOutcome = Fail(exc.code, exc.message)
-        if isinstance(exc, ModelInputRejection):
-            outcome = RebuildRequired(exc.message)
-        return _result(deps, state, new, outcome, [], _digests(deps, messages_digest, None))
-    hooks.model_call_finished(response, None)
+    asked = request_digest(deps, messages_digest)
+    recorded = state.recorded_response
+    if recorded is not None and recorded.request_digest == asked:
+        response = ModelResponse.from_json(recorded.response)
+        hooks.model_response_reused(asked)
+    else:
+        request = ModelRequest(
+            system=deps.system_prompt,
+            messages=state.history + new.context(),
+            tools=deps.tool_specs,
+            messages_digest=messages_digest,
+            round_index=state.boundary_seq,
+            timeout_s=deps.policy.model_timeout_s,
+        )
+        hooks.model_call_started(request, asked)
+        try:
+            response = deps.model.complete(request)
+        except ModelError as exc:
+            hooks.model_call_finished(None, exc)
+            if exc.retryable:
+                raise
+            outcome: RoundOutcome = Fail(exc.code, exc.message)
+            if isinstance(exc, ModelInputRejection):
+                outcome = RebuildRequired(exc.message)
+            return _result(deps, state, new, outcome, [], _digests(deps, messages_digest, None))
+        hooks.model_call_finished(response, None)
     response = with_unique_call_ids(response, state)
     try:
         bad = json_problem(response.to_json(), "response", max_depth=MAX_RESULT_DEPTH)

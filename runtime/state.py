@@ -14,7 +14,7 @@ from uuid import UUID
 from runtime.messages import Message
 from runtime.outcomes import RoundResult, Suspend
 from runtime.run_deps import OrchestratorDeps
-from schema.wire.claim import Claim
+from schema.wire.claim import Claim, RecordedResponse
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,9 @@ class RunState:
     chain_anchor: int | None = None
     # The run's composed deps, kept with its context so a warm round need not prepare again.
     deps: OrchestratorDeps | None = None
+    # The model response an earlier holder of this round accepted (the claim's): the round
+    # goes on from it, without calling the model, if its request is the same.
+    recorded_response: RecordedResponse | None = None
 
     @classmethod
     def start(cls, text: str) -> RunState:
@@ -59,6 +62,7 @@ class RunState:
             work_owner=claim.owner,
             previous_fingerprint=claim.previous_fingerprint,
             previous_repeat_count=claim.previous_repeat_count,
+            recorded_response=claim.recorded_response,
         )
 
     def extended(self, messages: tuple[Message, ...], last_position: int, history_digest: str) -> RunState:
@@ -86,4 +90,5 @@ class RunState:
             boundary_seq=self.boundary_seq + (1 if advances else 0),
             previous_fingerprint=result.tool_fingerprint,
             previous_repeat_count=result.repeat_count,
+            recorded_response=None,
         )

@@ -342,6 +342,10 @@ model_calls = Table(
     Column("status", Text, nullable=False),
     Column("request_digest", Text, nullable=False),
     Column("response_digest", Text),
+    # The response of a call that succeeded (``ModelResponse.to_json()``): a round redone
+    # after its holder died continues from it when its request is the same (request_digest),
+    # instead of paying for the call again. NULL for a failed or unfinished call.
+    Column("response", JSONB),
     Column("input_tokens", Integer),
     Column("output_tokens", Integer),
     Column("error_code", Text),

@@ -2,6 +2,8 @@
 (``os._exit``, like SIGKILL: no cleanup, no ack) the first time it reaches that point;
 ``after_model_call@team-poison`` only in a round of a run of that owner, so one run can be
 made a poison round while the other runs on the same workers stay healthy.
+``after_model_call`` is where the round has its model response, from its call or (a round
+redone after its holder died) from the ledger, and no tool has run yet.
 Unset in production, where ``hit`` is a set lookup."""
 
 from __future__ import annotations

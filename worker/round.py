@@ -4,7 +4,8 @@
    messages this process has not cached yet - one statement;
 2. stop a poison round: too many failed executions at one boundary fail the run;
 3. run exactly one round in the runtime core, under the lease keeper's heartbeat,
-   with the model call written to the ledger before and after;
+   with the model call written to the ledger before and after (or no call at all when
+   the claim brought the response an earlier holder accepted for the same request);
 4. commit the round - one fenced statement;
 5. after the commit, enqueue what comes next (the next round, or the Root's next run).
 """
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
 import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from runtime.canonical import MAX_RESULT_DEPTH, json_problem
 from runtime.context import context_chain, context_form
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelUnavailable, RequestInvalid
@@ -62,8 +65,10 @@ class RoundDisposition(StrEnum):
 
 class LedgerHooks:
     """Writes the model-call ledger around the call: a row before (fenced, so a stale
-    holder never pays for a call) and its outcome and usage right after - recorded even
-    when the fence was lost while the call was in flight (marked stale; then FenceLost)."""
+    holder never pays for a call) and its outcome, usage and accepted response right
+    after - recorded even when the fence was lost while the call was in flight (marked
+    stale; then FenceLost). A round that goes on from an earlier holder's response writes
+    nothing: that call is on the ledger already."""
 
     def __init__(self, ctx: WorkerContext, claim: Claim) -> None:
         self._ctx = ctx
@@ -87,6 +92,7 @@ class LedgerHooks:
             input_tokens=response.usage.input_tokens if response else None,
             output_tokens=response.usage.output_tokens if response else None,
             error_code=error.code if error else None,
+            response=_storable(response),
         )
         failpoints.hit("after_model_call", owner=self._claim.owner)
 
@@ -105,6 +111,22 @@ class LedgerHooks:
         failpoints.hit("in_tool_call", owner=self._claim.owner)
         status = None if outcome.status == ToolStatus.SUSPENDED else str(outcome.status)
         self._ctx.store.finish_tool_execution(self._claim.run_id, call.id, self._claim.fence, status, outcome.result)
+
+    def model_response_reused(self, request_digest: str) -> None:
+        log.info("model_response_reused", request_digest=request_digest)
+        # The round is where a call would have left it, response in hand: a round that
+        # kills its worker from here on still does (and spends its attempts) when redone.
+        failpoints.hit("after_model_call", owner=self._claim.owner)
+
+
+def _storable(response: ModelResponse | None) -> dict[str, Any] | None:
+    """The response as the ledger keeps it for a redone round, or None when it holds a
+    value no jsonb column can (the round then fails with MODEL_RESPONSE_INVALID, and a
+    redone round calls the model again rather than the ledger write failing here)."""
+    if response is None:
+        return None
+    body = response.to_json()
+    return body if json_problem(body, "response", max_depth=MAX_RESULT_DEPTH) is None else None
 
 
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:

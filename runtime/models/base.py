@@ -43,6 +43,15 @@ class ModelResponse:
     def to_json(self) -> dict[str, Any]:
         return {"content": self.content, "tool_calls": [c.to_json() for c in self.tool_calls]}
 
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> ModelResponse:
+        """The response ``to_json`` stored (the model-call ledger keeps it), with the same
+        digest; usage is not part of it (the call's usage is on its ledger row)."""
+        return cls(
+            content=body["content"],
+            tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in body["tool_calls"]),
+        )
+
     def digest(self) -> str:
         return digest(self.to_json())
 

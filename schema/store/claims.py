@@ -4,7 +4,9 @@ and why a claim was refused.
 The claim is one statement: it takes the run (fence + 1, a fresh lease) only if the run
 is at the expected boundary, not terminal or suspended, not leased by a live holder,
 and first in its Root's queue; in the same round trip it returns the messages the
-caller's cache does not have yet.
+caller's cache does not have yet and, for a round, the latest model response an earlier
+holder of that round was given (the model-call ledger, ``schema.store.rounds``), which
+the core reuses for the same request instead of calling the model again.
 """
 
 from __future__ import annotations
@@ -21,15 +23,17 @@ from schema.store.roots import earlier_active_sql
 from schema.store.tx import run_transaction
 from schema.store.workers import DEATH_ELSEWHERE
 from schema.wire import RunStatus
-from schema.wire.claim import Checkpoint, Claim, LoadedMessage, StoredRound
+from schema.wire.claim import Checkpoint, Claim, LoadedMessage, RecordedResponse, StoredRound
 
 
-def _claim_sql(guard: str, execution_fence: str) -> TextClause:
+def _claim_sql(guard: str, execution_fence: str, recorded: str) -> TextClause:
     """The claim statement, with the condition that distinguishes a round from a resume,
-    and whether the claim itself starts the round's execution (a resume's does)."""
+    whether the claim itself starts the round's execution (a resume's does), and which
+    accepted response it hands back (``recorded``: a query of at most one row)."""
     return text(
         f"""
-WITH claimed AS (
+WITH recorded AS ({recorded}
+), claimed AS (
   UPDATE runs SET
     claim_fence = claim_fence + 1,
     lease_expires_at = now() + make_interval(secs => :lease_s),
@@ -71,10 +75,12 @@ SELECT claimed.*,
   CASE WHEN previous.run_id IS NOT NULL THEN jsonb_build_object(
     'claim_fence', previous.claim_fence, 'system_digest', previous.system_digest,
     'messages_digest', previous.messages_digest, 'tools_digest', previous.tools_digest,
-    'accepted_response_digest', previous.accepted_response_digest, 'proof', previous.proof) END AS previous_round
+    'accepted_response_digest', previous.accepted_response_digest, 'proof', previous.proof) END AS previous_round,
+  recorded.request_digest AS recorded_request_digest, recorded.response AS recorded_response
 FROM claimed
 JOIN run_checkpoints AS cp ON cp.run_id = claimed.id
 LEFT JOIN rounds AS previous ON previous.run_id = claimed.id AND previous.boundary_seq = :boundary_seq - 1
+LEFT JOIN recorded ON true
 """
     )
 
@@ -85,11 +91,23 @@ _DURABLE_READS = """CASE WHEN m.role = 'tool' AND m.body->>'name' = 'read_files'
       (SELECT jsonb_object_agg(lr.path, lr.content) FROM local_reads AS lr
        WHERE lr.run_id = m.run_id AND lr.tool_call_id = m.body->>'tool_call_id') END"""
 
+# The latest call at the boundary that succeeded: its holder died (or lost its claim)
+# before the round committed, since a committed round is never claimed again.
+_RECORDED_SQL = """
+  SELECT mc.request_digest, mc.response FROM model_calls AS mc
+  WHERE mc.run_id = :run_id AND mc.boundary_seq = :boundary_seq AND mc.status = 'succeeded'
+    AND mc.response IS NOT NULL
+  ORDER BY mc.id DESC LIMIT 1"""
+
 # A round stored at the claimed boundary is a suspended one: only its resume may go on.
-# A round's execution starts with its first ledger row (schema.store.rounds).
+# A round's execution starts with its first ledger row (schema.store.rounds) - or at its
+# claim, when an earlier holder's accepted response is there to go on from: the round
+# then goes straight to its tools, so a round whose tools kill their worker spends its
+# attempts (as a resume does) even though it never calls the model again.
 CLAIM_ROUND_SQL = _claim_sql(
     "NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq)",
-    execution_fence="NULL",
+    execution_fence="CASE WHEN EXISTS (SELECT 1 FROM recorded) THEN claim_fence + 1 END",
+    recorded=_RECORDED_SQL,
 )
 # A resume claims only the very suspension it was checked against: the suspended round is
 # there, and its suspended calls are exactly those (their ids change with every claim).
@@ -101,6 +119,7 @@ CLAIM_RESUME_SQL = _claim_sql(
         = CAST(:invocation_ids AS text[])""",
     # A resume calls no model: it runs the suspended tool calls right after its claim.
     execution_fence="claim_fence + 1",
+    recorded="SELECT CAST(NULL AS text) AS request_digest, CAST(NULL AS jsonb) AS response WHERE false",
 )
 
 
@@ -148,6 +167,9 @@ def claim_round_txn(
         previous_repeat_count=row.previous_repeat_count,
         previous_round=None if row.previous_round is None else StoredRound(**row.previous_round),
         checkpoint=Checkpoint(row.context_start_position, row.summary, row.last_build_id, row.chain_anchor),
+        recorded_response=None
+        if row.recorded_response is None
+        else RecordedResponse(row.recorded_request_digest, row.recorded_response),
     )
 
 

@@ -184,8 +184,8 @@ RETURNING id
 _LEDGER_FINISH_SQL = text(
     """
 UPDATE model_calls AS mc SET status = :status, response_digest = :response_digest,
-  input_tokens = :input_tokens, output_tokens = :output_tokens, error_code = :error_code,
-  finished_at = now(),
+  response = CAST(:response AS jsonb), input_tokens = :input_tokens, output_tokens = :output_tokens,
+  error_code = :error_code, finished_at = now(),
   stale = NOT EXISTS (SELECT 1 FROM runs WHERE runs.id = mc.run_id AND runs.claim_fence = mc.claim_fence)
 WHERE mc.id = :call_id AND mc.run_id = :run_id AND mc.claim_fence = :fence AND mc.status = 'started'
 RETURNING mc.stale
@@ -234,6 +234,7 @@ def record_model_call_finished_txn(
     input_tokens: int | None,
     output_tokens: int | None,
     error_code: str | None,
+    response: dict[str, Any] | None = None,
 ) -> bool | None:
     stale = conn.execute(
         _LEDGER_FINISH_SQL,
@@ -243,6 +244,8 @@ def record_model_call_finished_txn(
             "fence": fence,
             "status": "failed" if error_code else "succeeded",
             "response_digest": response_digest,
+            # Kept only for a call that succeeded: it is what a redone round reuses.
+            "response": None if error_code or response is None else json.dumps(response),
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
             "error_code": error_code,
@@ -261,9 +264,13 @@ def record_model_call_finished(
     input_tokens: int | None,
     output_tokens: int | None,
     error_code: str | None,
+    response: dict[str, Any] | None = None,
 ) -> None:
     """Write the call's outcome and usage right after it returns (before tools run), so
-    the spend is on record even if the round never commits. A holder that has lost its
+    the spend is on record even if the round never commits, and with them the accepted
+    ``response`` (``ModelResponse.to_json()``) of a call that succeeded: the round's next
+    claim hands it back (``schema.store.claims``), so a round redone after its holder died
+    runs the same tool calls without asking the model again. A holder that has lost its
     fence records its call all the same, marked ``stale``, and then gets ``FenceLost``
     (its round can never commit, so it stops here)."""
     stale = run_transaction(
@@ -277,6 +284,7 @@ def record_model_call_finished(
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             error_code=error_code,
+            response=response,
         ),
         name="model_call_finished",
         single_statement=True,

@@ -10,6 +10,7 @@ unit tests put an in-memory double with the same methods in its place
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from uuid import UUID
 
 from sqlalchemy import Engine
@@ -78,6 +79,7 @@ class Store:
         input_tokens: int | None,
         output_tokens: int | None,
         error_code: str | None,
+        response: dict[str, Any] | None = None,
     ) -> None:
         rounds.record_model_call_finished(
             self.engine,
@@ -88,6 +90,7 @@ class Store:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             error_code=error_code,
+            response=response,
         )
 
     def commit_round(self, record: RoundRecord) -> UUID | None:

@@ -1,6 +1,7 @@
-"""What a claim hands the worker: the run's position, the messages its cache lacks, and
-the previous round as stored (breaker state, projection fields and proof). Built by the
-store (``schema.store.runs.claim_round``), consumed by the worker and the core."""
+"""What a claim hands the worker: the run's position, the messages its cache lacks, the
+previous round as stored (breaker state, projection fields and proof), and the model
+response an earlier holder of the same round already paid for. Built by the store
+(``schema.store.claims.claim_round``), consumed by the worker and the core."""
 
 from __future__ import annotations
 
@@ -43,6 +44,16 @@ class StoredRound:
 
 
 @dataclass(frozen=True)
+class RecordedResponse:
+    """The latest model response accepted at the claimed boundary by an earlier holder
+    whose round never committed (``model_calls``, status succeeded), with the digest of
+    the request it answered. The core reuses it only for the very same request."""
+
+    request_digest: str
+    response: dict[str, Any]  # ModelResponse.to_json()
+
+
+@dataclass(frozen=True)
 class Claim:
     run_id: UUID
     root_id: UUID
@@ -58,3 +69,5 @@ class Claim:
     previous_repeat_count: int
     previous_round: StoredRound | None
     checkpoint: Checkpoint
+    # An earlier holder's accepted model response at this boundary (a round's claim only).
+    recorded_response: RecordedResponse | None

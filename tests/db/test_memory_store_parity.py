@@ -126,14 +126,15 @@ def drive(side: Side) -> list[Any]:
         (
             "stale ledger",
             fenced(lambda: s.record_model_call_finished(
-                call, c2.run_id, c2.fence, response_digest="r", input_tokens=1, output_tokens=1, error_code=None
+                call, c2.run_id, c2.fence, response_digest="r", input_tokens=1, output_tokens=1, error_code=None,
+                response={"content": "r", "tool_calls": [{"id": "c", "name": "echo", "args": {"x": 1.5}}]},
             )),
         )
     )
     s.record_model_call_started(c3.run_id, 1, c3.attempt, c3.fence, "req")
     seen.append(("released", s.release_lease(c3.run_id, c3.fence, round_at_fault=True), side.row(run.run_id)))
     c4 = claim(1, after=1)
-    assert c4 is not None
+    assert c4 is not None and c4.recorded_response is not None  # the stale holder's call, paid for
     seen.append(("after a fault", claim_view(c4), side.row(run.run_id)))
     finished = s.commit_round(dataclasses.replace(record(c4), messages=()))
     seen.append(("finished", finished == later.run_id, side.row(run.run_id)))

@@ -21,8 +21,10 @@ EXPECTED = {
     # A dies before the model call, before the round's execution started: that costs the
     # round no attempt, so B's claim is still attempt 1 and makes the only call.
     "after_claim": ({0: 1, 1: 1, 2: 1}, [2, 3, 4], [(1, 2)]),
-    # A paid for a call and died: B calls again. That is the one extra call allowed.
-    "after_model_call": ({0: 2, 1: 1, 2: 1}, [2, 3, 4], [(1, 1), (2, 2)]),
+    # A paid for a call and died with its response on the ledger: B goes on from that
+    # response (the same tool call) without calling the model again, so the ledger has A's
+    # call only.
+    "after_model_call": ({0: 1, 1: 1, 2: 1}, [2, 3, 4], [(1, 1)]),
     # A committed round 0 but never sent round 1: the reconciler sends it, B runs it.
     "after_commit": ({0: 1, 1: 1, 2: 1}, [1, 2, 3], [(1, 1)]),
     # A committed and sent round 1, then died before acknowledging round 0.
@@ -66,11 +68,15 @@ def test_crash_at_failpoint_run_completes_on_another_worker(cluster: Cluster, ct
     assert {e["claim_fence"] for e in b_commits} == set(expected_fences) - ({1} if committed_by_a else set())
     assert {e["claim_fence"] for e in b_claims} == {e["claim_fence"] for e in b_commits}, "a claim left no round"
 
-    # Model calls: at most one per boundary, plus one for a call paid for before the crash.
+    # Model calls: one per boundary, whatever the crash point: a call paid for before the
+    # crash is not paid for again.
     per_boundary = calls_per_boundary(ctx.engine, run_id)
-    bound = 1 + (1 if failpoint == "after_model_call" else 0)
-    assert all(n <= bound for n in per_boundary.values()), per_boundary
+    assert all(n == 1 for n in per_boundary.values()), per_boundary
     assert per_boundary == expected_calls
+    reused = events(cluster, "b", "model_response_reused", run_id=run_id)
+    assert [(e["boundary_seq"], e["claim_fence"]) for e in reused] == (
+        [(0, 2)] if failpoint == "after_model_call" else []
+    )
     ledger_b0 = [(c["attempt"], c["claim_fence"]) for c in model_calls(ctx.engine, run_id) if c["boundary_seq"] == 0]
     assert ledger_b0 == expected_ledger_b0
     assert {c["status"] for c in model_calls(ctx.engine, run_id)} == {"succeeded"}

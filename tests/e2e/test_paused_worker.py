@@ -81,8 +81,13 @@ def test_worker_paused_past_its_lease_cannot_commit_after_another_took_over(clus
     assert not events(cluster, "paused", "round_committed")
     # (A reconcile task it ran before the pause may have re-sent round 0; that line carries no claim.)
     assert not [e for e in events(cluster, "paused", "round_enqueued") if "claim_fence" in e]
-    # Its own fence is the only one it ever held; the ledger has its call and the other's.
-    assert calls_per_boundary(ctx.engine, run_id) == {0: 2, 1: 1}
+    # Its own fence is the only one it ever held. Its call is the only one of round 0: it
+    # had returned (the round was in its tool) when the other worker took over, which
+    # went on from that response instead of calling the model again.
+    assert calls_per_boundary(ctx.engine, run_id) == {0: 1, 1: 1}
+    assert [e["claim_fence"] for e in events(cluster, "other", "model_response_reused", run_id=run_id)] == [
+        takeover["claim_fence"]
+    ]
     assert _ts(dropped[0]) > _ts(takeover)
 
 

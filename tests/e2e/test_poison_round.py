@@ -41,13 +41,13 @@ def test_round_that_kills_every_worker_fails_the_run_after_max_attempts(cluster:
     assert run["boundary_seq"] == 0
     assert round_rows(ctx.engine, run_id) == []
 
-    # Exactly max_round_attempts paid model calls at the boundary, one per claim, each
-    # followed by a crash; the next claim failed the run instead of calling again.
+    # One paid model call: the first holder's, followed by its crash. Every later holder
+    # went on from that recorded response (and crashed at the same point, its execution
+    # started at its claim); the last claim failed the run instead.
     calls = model_calls(ctx.engine, run_id)
-    assert [(c["boundary_seq"], c["attempt"], c["status"]) for c in calls] == [
-        (0, attempt, "succeeded") for attempt in range(1, MAX_ATTEMPTS + 1)
-    ]
-    assert len({c["claim_fence"] for c in calls}) == MAX_ATTEMPTS
+    assert [(c["boundary_seq"], c["attempt"], c["status"]) for c in calls] == [(0, 1, "succeeded")]
+    reused = [e for n in names for e in events(cluster, n, "model_response_reused", run_id=run_id)]
+    assert sorted(e["claim_fence"] for e in reused) == list(range(2, MAX_ATTEMPTS + 1))
     dead = [n for n in names if cluster.procs[n].poll() == EXIT_CODE]
     assert len(dead) == MAX_ATTEMPTS
     claims = [e for n in names for e in events(cluster, n, "round_claimed", run_id=run_id)]

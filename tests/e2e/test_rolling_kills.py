@@ -10,7 +10,7 @@ import time
 from typing import Any
 from uuid import UUID
 
-from tests.support.cluster import Cluster, wait_ready
+from tests.support.cluster import Cluster, events, wait_ready
 from tests.support.db import rows
 from tests.support.requests import scripted_request
 from tests.support.storm import RollingKills
@@ -63,22 +63,38 @@ def unfinished(engine: Any) -> int:
 
 
 def executions(engine: Any, run_ids: list[UUID]) -> dict[str, Any]:
-    """What the ledger says about the rounds' executions (one model call each here):
-    how many never committed (their worker died, in the call or in its tools), on how many
-    rounds, how many died inside the model call, and how many of those deaths were charged
-    to their round (the committed execution's attempt number minus one)."""
+    """What the ledger says about the rounds' executions that called the model (one call
+    each here): how many never committed (their worker died, in the call or in its tools),
+    on how many rounds, and how many died inside the model call. (An execution that went on
+    from an earlier holder's recorded response made no call, so it has no row.)"""
     return rows(
         engine,
         "SELECT count(*) FILTER (WHERE r.run_id IS NULL) AS died, "
         "  count(DISTINCT (mc.run_id, mc.boundary_seq)) FILTER (WHERE r.run_id IS NULL) AS rounds_hit, "
         "  count(*) FILTER (WHERE mc.status = 'started') AS died_in_call, "
-        "  coalesce(sum(mc.attempt - 1) FILTER (WHERE r.run_id IS NOT NULL), 0) AS charged, "
-        "  max(mc.attempt) AS max_attempt "
+        "  count(*) FILTER (WHERE mc.status = 'succeeded') AS succeeded "
         "FROM model_calls AS mc LEFT JOIN rounds AS r "
         "  ON r.run_id = mc.run_id AND r.boundary_seq = mc.boundary_seq AND r.claim_fence = mc.claim_fence "
         "WHERE mc.run_id = ANY(:ids)",
         ids=run_ids,
     )[0]
+
+
+def charged(cluster: Cluster, storm: RollingKills, engine: Any, run_ids: list[UUID]) -> dict[str, int]:
+    """How many deaths were charged to the healthy rounds: the committing claim's attempt
+    number minus one, summed (from the workers' round_claimed lines, since a committing
+    execution that went on from a recorded response has no ledger row to say it)."""
+    attempts = {
+        (e["run_id"], e["boundary_seq"], e["claim_fence"]): e["attempt"]
+        for n in (f"w{i}" for i in range(storm.started))
+        for e in events(cluster, n, "round_claimed")
+    }
+    committed = rows(engine, "SELECT run_id, boundary_seq, claim_fence FROM rounds WHERE run_id = ANY(:ids)",
+                     ids=run_ids)
+    keys = [(str(r["run_id"]), r["boundary_seq"], r["claim_fence"]) for r in committed]
+    assert all(k in attempts for k in keys), "a committed round's claim is in no worker's log"
+    found = [attempts[k] for k in keys]
+    return {"charged": sum(a - 1 for a in found), "max_attempt": max(found)}
 
 
 def test_rolling_sigkills_fail_no_healthy_run_and_a_poison_round_still_fails(cluster: Cluster, ctx: Any) -> None:
@@ -129,16 +145,23 @@ def test_rolling_sigkills_fail_no_healthy_run_and_a_poison_round_still_fails(clu
     assert all(c["seqs"] == list(range(ROUNDS)) and c["fences"] == ROUNDS for c in committed)
 
     # The kills really hit rounds in flight, and most of those deaths cost their round nothing.
-    ledger = executions(ctx.engine, healthy)
+    ledger = {**executions(ctx.engine, healthy), **charged(cluster, storm, ctx.engine, healthy)}
     assert storm.kills + storm.preempted == ticks
     assert ledger["died"] >= 3 and ledger["rounds_hit"] >= 3, f"the storm hit too few rounds in flight: {ledger}"
     assert ledger["charged"] < ledger["died"], f"every death was charged to its round: {ledger}"
 
-    # The poison round still fails with the clear code, within its bounded executions.
+    # The poison round still fails with the clear code, within its bounded executions: the
+    # claims of its round before the one that failed the run. Its model was called until
+    # one call returned; every later holder went on from that response (and died again).
     (bad,) = rows(ctx.engine, "SELECT * FROM runs WHERE id = :id", id=poison[0])
     assert (bad["status"], bad["error_code"], bad["boundary_seq"]) == ("failed", ROUND_ATTEMPTS_EXHAUSTED, 0), bad
+    poison_runs = bad["round_claims"] - 1
+    assert MAX_ATTEMPTS <= poison_runs <= UNSTARTED_CLAIMS_FACTOR * MAX_ATTEMPTS, bad
     poison_calls = executions(ctx.engine, poison)
-    assert MAX_ATTEMPTS <= poison_calls["died"] <= UNSTARTED_CLAIMS_FACTOR * MAX_ATTEMPTS, poison_calls
+    assert poison_calls["succeeded"] >= 1, poison_calls
+    reused = [e for i in range(storm.started) for e in events(cluster, f"w{i}", "model_response_reused",
+                                                                run_id=poison[0])]
+    assert reused, "no holder of the poison round went on from its recorded response"
     assert "AIDAWORK_MAX_ROUND_ATTEMPTS" in bad["error_message"]
     assert rows(ctx.engine, "SELECT count(*) AS n FROM rounds WHERE run_id = :id", id=poison[0])[0]["n"] == 0
     assert storm.self_exits >= 1
@@ -148,6 +171,7 @@ def test_rolling_sigkills_fail_no_healthy_run_and_a_poison_round_still_fails(clu
         f"{storm.kills} SIGKILLs every {KILL_INTERVAL_S}s for {storm_s:.1f}s (lease {LEASE_S}s), "
         f"{storm.self_exits} poison exits, {storm.started} workers started; healthy executions that died: "
         f"{ledger['died']} on {ledger['rounds_hit']} rounds ({ledger['died_in_call']} in the model call), "
-        f"{ledger['charged']} charged, highest attempt {ledger['max_attempt']}; poison: {poison_calls['died']} "
-        f"executions, {bad['error_message']!r}; all ended {work_s:.1f}s after the first submit, waited {total_s:.1f}s"
+        f"{ledger['charged']} charged, highest attempt {ledger['max_attempt']}; poison: {poison_runs} "
+        f"executions, {poison_calls['succeeded']} paid calls, {len(reused)} from the recorded response, "
+        f"{bad['error_message']!r}; all ended {work_s:.1f}s after the first submit, waited {total_s:.1f}s"
     )

@@ -60,16 +60,20 @@ def test_worker_killed_mid_round_run_completes_on_another_worker(cluster: Cluste
     assert {r["claim_fence"] for r in rounds} <= survivor_claims
     assert first_call["claim_fence"] not in {r["claim_fence"] for r in rounds}
 
-    # The survivor re-ran round 0 as its second attempt; the dead claim's call stays on the ledger.
+    # The survivor re-ran round 0 as its second attempt, from the response the victim's call
+    # had accepted (the victim died in the tool that response asked for): the model was
+    # called once per boundary, and the dead claim's call is the only one of round 0.
     retaken = events(cluster, survivor, "round_claimed", run_id=run_id, boundary_seq=0)
     assert [e["attempt"] for e in retaken] == [2]
-    assert calls_per_boundary(ctx.engine, run_id) == {0: 2, 1: 1, 2: 1}
+    reused = events(cluster, survivor, "model_response_reused", run_id=run_id)
+    assert [e["claim_fence"] for e in reused] == [e["claim_fence"] for e in retaken]
+    assert calls_per_boundary(ctx.engine, run_id) == {0: 1, 1: 1, 2: 1}
     assert [(c["boundary_seq"], c["attempt"], c["status"]) for c in model_calls(ctx.engine, run_id)] == [
         (0, 1, "succeeded"),
-        (0, 2, "succeeded"),
         (1, 1, "succeeded"),
         (2, 1, "succeeded"),
     ]
+    assert model_calls(ctx.engine, run_id)[0]["claim_fence"] == first_call["claim_fence"]
     # The transcript has the sleep round once: user, call, result, call, result, answer.
     messages = rows(ctx.engine, "SELECT position, role FROM messages WHERE run_id = :id ORDER BY position", id=run_id)
     assert [(m["position"], m["role"]) for m in messages] == list(

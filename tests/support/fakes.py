@@ -82,6 +82,7 @@ class RecordingHooks:
     log: list[str] = dataclasses.field(default_factory=list)
     started: list[tuple[ModelRequest, str]] = dataclasses.field(default_factory=list)
     finished: list[tuple[ModelResponse | None, ModelError | None]] = dataclasses.field(default_factory=list)
+    reused: list[str] = dataclasses.field(default_factory=list)
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         self.log.append("started")
@@ -90,6 +91,10 @@ class RecordingHooks:
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
         self.log.append("finished")
         self.finished.append((response, error))
+
+    def model_response_reused(self, request_digest: str) -> None:
+        self.log.append("reused")
+        self.reused.append(request_digest)
 
 
 class RecordingFactory:

@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from schema.store.errors import FenceLost
+from schema.wire.claim import RecordedResponse
 
 ACTIVE = ("queued", "running", "suspended")
 
@@ -86,6 +87,14 @@ class State:
         if run is None or run.claim_fence != fence or (status is not None and run.status != status):
             raise FenceLost(run_id, fence)
         return run
+
+    def _recorded(self, run_id: UUID, boundary_seq: int) -> RecordedResponse | None:
+        """The latest succeeded call's response at the boundary, as a round's claim hands it back."""
+        for call in reversed(self.model_calls):
+            mine = (call["run_id"], call["boundary_seq"], call["status"]) == (run_id, boundary_seq, "succeeded")
+            if mine and call["response"] is not None:
+                return RecordedResponse(call["request_digest"], copy.deepcopy(call["response"]))
+        return None
 
     def _body(self, run_id: UUID, body: dict[str, Any]) -> dict[str, Any]:
         """A stored message body as read: a tool message gets its result back from its row."""

@@ -6,7 +6,8 @@ It keeps the guarantees the shell relies on, statement by statement as the SQL d
 a claim bumps the fence and is refused (``None``) unless the run is at the boundary, not
 ended or suspended, not leased by a live holder (or the caller's own unreleased claim),
 first in its Root and (for a round) has no round stored there - (for a resume) exactly
-the suspension named; every write after a claim is fenced and raises ``FenceLost`` having
+the suspension named; a round's claim hands back the latest succeeded call's response at
+its boundary (and then starts the execution); every write after a claim is fenced and raises ``FenceLost`` having
 written nothing; a commit stores the round, its messages (tool results kept once, in the
 tool row), tool rows and events and moves the boundary and the status. One lock guards
 the state: the shell calls it from several threads. There is no workers registry, so a
@@ -122,7 +123,9 @@ class InMemoryStore(SuspensionOps, RebuildOps):
             run.claim_fence += 1
             run.lease_expires_at = self._now() + lease_s
             run.status = "running"
-            run.execution_fence = None if resume_of is None else run.claim_fence
+            recorded = self._recorded(run_id, boundary_seq) if resume_of is None else None
+            # A resume, or a round with an accepted response to go on from, executes at once.
+            run.execution_fence = None if resume_of is None and recorded is None else run.claim_fence
             run.round_claims += 1
             run.round_holders.append(holder)
             run.dispatched_at = self._now()
@@ -144,6 +147,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                 previous_repeat_count=previous["repeat_count"] if previous else 0,
                 previous_round=StoredRound(**previous["stored"]) if previous else None,
                 checkpoint=Checkpoint(cp.context_start_position, cp.summary, cp.last_build_id, cp.chain_anchor),
+                recorded_response=recorded,
             )
 
     def _claimable(self, run: RunRow, boundary_seq: int, held: int, resume_of: list[str] | None) -> bool:
@@ -241,6 +245,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                     "status": "started",
                     "request_digest": request_digest,
                     "response_digest": None,
+                    "response": None,
                     "input_tokens": None,
                     "output_tokens": None,
                     "error_code": None,
@@ -259,6 +264,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
         input_tokens: int | None,
         output_tokens: int | None,
         error_code: str | None,
+        response: dict[str, Any] | None = None,
     ) -> None:
         with self._lock:
             self.calls.append("record_model_call_finished")
@@ -269,6 +275,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
             call.update(
                 status="failed" if error_code else "succeeded",
                 response_digest=response_digest,
+                response=None if error_code or response is None else as_json(response),
                 input_tokens=input_tokens,
                 output_tokens=output_tokens,
                 error_code=error_code,

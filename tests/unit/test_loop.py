@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
 from runtime.canonical import chain_digest, digest
@@ -19,7 +23,8 @@ from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.base import ModelResponse
 from runtime.models.scripted import ScriptedModel
 from runtime.outcomes import RebuildRequired
-from schema.wire.vocab import ToolDomain
+from schema.wire.claim import RecordedResponse
+from schema.wire.vocab import MessageRole, ToolDomain
 from tests.support.fakes import CountingModel, FixedModel, RaisingModel, RecordingHooks, calls, deps_for, replay_chain
 from tests.support.requests import example_request, scripted_request
 
@@ -416,3 +421,122 @@ def test_a_response_with_neither_content_nor_calls_finishes_with_empty_output() 
 
     assert result.outcome == Finish("")
     assert result.events[-1].data == {"output": ""}
+
+
+# --- a round redone from the response an earlier holder was given --------------------------
+
+
+def _as_stored(value: Any) -> Any:
+    """As the ledger's jsonb column gives it back."""
+    return json.loads(json.dumps(value))
+
+
+def _first_execution(raw: dict[str, Any], state: RunState) -> tuple[Any, RecordedResponse]:
+    """Round ``state`` run once, as the holder that died after its model call ran it: its
+    result, and what the ledger kept of its call."""
+    hooks = RecordingHooks()
+    result = drive_react_loop(deps_for(raw), state, hooks)
+    ((_, asked),) = hooks.started
+    ((response, _),) = hooks.finished
+    assert response is not None
+    return result, RecordedResponse(asked, _as_stored(response.to_json()))
+
+
+def test_a_round_with_the_recorded_response_to_its_request_calls_no_model_and_yields_the_same_round() -> None:
+    raw = scripted_request(ADD_THEN_ANSWER)
+    state = RunState.start("go")
+    original, recorded = _first_execution(raw, state)
+    model = CountingModel(ScriptedModel(_scripted_config(raw)))
+    hooks = RecordingHooks()
+
+    redone = drive_react_loop(deps_for(raw, model=model), replace(state, recorded_response=recorded), hooks)
+
+    assert model.requests == []
+    assert hooks.log == ["reused"] and hooks.reused == [recorded.request_digest]
+    assert redone.digests == original.digests
+    assert redone.digests.accepted_response is not None
+    assert redone.projection is not None and original.projection is not None
+    assert redone.projection.proof == original.projection.proof
+    assert redone.outcome == original.outcome == Continue()
+    assert [(m.position, m.message, m.chain_digest) for m in redone.new_messages] == [
+        (m.position, m.message, m.chain_digest) for m in original.new_messages
+    ]
+    assert redone.tool_invocations == original.tool_invocations
+    assert redone.events == original.events
+
+
+def test_the_recorded_response_is_the_one_the_round_goes_on_from_not_the_models() -> None:
+    raw = scripted_request(ADD_THEN_ANSWER)
+    state = RunState.start("go")
+    _, recorded = _first_execution(raw, state)
+    # What the earlier holder was given (and paid for) differs from what the model would
+    # say now: the round continues from the former.
+    given = ModelResponse(content=None, tool_calls=(ToolCall("call_0_0", "echo", {"given": 1.5}),))
+    recorded = RecordedResponse(recorded.request_digest, _as_stored(given.to_json()))
+    model = CountingModel(ScriptedModel(_scripted_config(raw)))
+
+    result = drive_react_loop(deps_for(raw, model=model), replace(state, recorded_response=recorded))
+
+    assert model.requests == []
+    assert [(i.call.name, i.result) for i in result.tool_invocations] == [("echo", {"given": 1.5})]
+    assert result.digests.accepted_response == given.digest()
+
+
+def test_a_recorded_response_to_another_request_is_not_reused_and_the_model_is_called() -> None:
+    raw = scripted_request(ADD_THEN_ANSWER)
+    state0 = RunState.start("go")
+    r0, recorded0 = _first_execution(raw, state0)
+    state1 = state0.after(r0)
+    # Round 1's context is not round 0's: round 0's response answers another request.
+    model = CountingModel(ScriptedModel(_scripted_config(raw)))
+    hooks = RecordingHooks()
+
+    result = drive_react_loop(deps_for(raw, model=model), replace(state1, recorded_response=recorded0), hooks)
+
+    assert len(model.requests) == 1
+    assert hooks.log == ["started", "finished"] and hooks.reused == []
+    assert hooks.started[0][1] != recorded0.request_digest
+    assert result.outcome == Finish(output="5")
+
+
+def test_a_recorded_response_to_a_changed_context_is_not_reused() -> None:
+    raw = scripted_request(ADD_THEN_ANSWER)
+    state = RunState.start("go")
+    _, recorded = _first_execution(raw, state)
+    # The same round after a context rebuild: the summary is part of what the model gets.
+    summary = Message(role=MessageRole.USER, content="summary")
+    rebuilt = replace(
+        state, history=(summary,), history_digest=chain_digest("", summary.to_json()), recorded_response=recorded
+    )
+    model = CountingModel(ScriptedModel(_scripted_config(raw)))
+
+    drive_react_loop(deps_for(raw, model=model), rebuilt)
+
+    assert len(model.requests) == 1
+
+
+def test_the_next_rounds_state_carries_no_recorded_response() -> None:
+    raw = scripted_request(ADD_THEN_ANSWER)
+    state = RunState.start("go")
+    result, recorded = _first_execution(raw, state)
+
+    assert replace(state, recorded_response=recorded).after(result).recorded_response is None
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        ModelResponse(content="5"),
+        ModelResponse(content=None),
+        ModelResponse(
+            content="thinking",
+            tool_calls=(ToolCall("a", "add", {"a": 2.0, "b": 1e16}), ToolCall("b", "echo", {"x": [{"y": None}]})),
+        ),
+    ],
+)
+def test_a_response_read_back_from_its_stored_json_has_the_same_json_and_digest(response: ModelResponse) -> None:
+    again = ModelResponse.from_json(_as_stored(response.to_json()))
+
+    assert again.to_json() == response.to_json()
+    assert again.digest() == response.digest()
+    assert again.as_message() == response.as_message()

@@ -248,3 +248,61 @@ def test_two_deliveries_of_one_round_at_once_commit_it_once() -> None:
         t.join()
     assert sorted(results) == sorted([RoundDisposition.COMMITTED] + [RoundDisposition.DROPPED] * 3)
     assert len(s.store.rounds) == 1 and len(s.store.model_calls) == 1
+
+
+class Died(BaseException):
+    """The worker died at the failpoint (in a real worker: os._exit, no cleanup)."""
+
+
+def dies_after_the_model_call(monkeypatch: pytest.MonkeyPatch, times: int = 1_000) -> list[str]:
+    """The next ``times`` executions that reach their model response die there; returns
+    the log of the points reached."""
+    reached: list[str] = []
+
+    def hit(name: str, *, owner: str | None = None) -> None:
+        reached.append(name)
+        if name == "after_model_call" and reached.count(name) <= times:
+            raise Died
+
+    monkeypatch.setattr(round_module.failpoints, "hit", hit)
+    return reached
+
+
+def test_a_round_redone_after_its_holder_died_past_the_model_call_calls_no_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = shell()
+    run_id = s.submit(ADD)
+    reached = dies_after_the_model_call(monkeypatch, times=1)
+    with pytest.raises(Died):
+        execute(s, run_id, 0)
+    (paid,) = s.store.model_calls
+    assert paid["status"] == "succeeded" and paid["response"] is not None
+
+    assert execute(s, run_id, 0) is RoundDisposition.COMMITTED
+    assert s.store.model_calls == [paid]
+    assert s.store.calls.count("record_model_call_started") == 1
+    assert reached.count("after_model_call") == 2  # the redone round reached the same point
+    stored = s.store.rounds[(run_id, 0)]["stored"]
+    assert (stored["claim_fence"], stored["accepted_response_digest"]) == (2, paid["response_digest"])
+    (tool,) = s.store.tool_invocations
+    assert (tool["tool_name"], tool["result"], tool["claim_fence"]) == ("add", {"sum": 5.0}, 2)
+    assert execute(s, run_id, 1) is RoundDisposition.COMMITTED  # the next round calls the model
+    assert [c["boundary_seq"] for c in s.store.model_calls] == [0, 1]
+    assert s.store.run(run_id).output == "5"
+
+
+def test_a_round_that_kills_its_holder_after_the_model_call_spends_its_attempts_on_one_paid_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = shell()
+    run_id = s.submit(ADD)
+    dies_after_the_model_call(monkeypatch)
+    for _ in range(s.ctx.settings.max_round_attempts):
+        with pytest.raises(Died):
+            execute(s, run_id, 0)
+    assert execute(s, run_id, 0) is RoundDisposition.RUN_FAILED
+    run = s.store.run(run_id)
+    assert (run.status, run.error_code) == ("failed", ROUND_ATTEMPTS_EXHAUSTED)
+    assert "started executing 3 times" in (run.error_message or "")
+    assert [(c["attempt"], c["claim_fence"]) for c in s.store.model_calls] == [(1, 1)]

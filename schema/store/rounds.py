@@ -51,6 +51,10 @@ WITH upd AS (
   INSERT INTO run_events (run_id, seq, kind, data)
   SELECT upd.id, upd.first_event_seq + e.ordinality, e.value->>'kind', e.value->'data'
   FROM upd, jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ordinality)
+), spent_responses AS (
+  -- Kept for a round redone before its commit; committed, it lives in the messages.
+  UPDATE model_calls SET response = NULL FROM upd
+  WHERE model_calls.run_id = upd.id AND model_calls.boundary_seq = :boundary_seq AND model_calls.response IS NOT NULL
 )
 SELECT upd.id, CASE WHEN :terminal THEN {next_in_root_sql("upd")} END AS next_run_id FROM upd
 """

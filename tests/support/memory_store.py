@@ -303,6 +303,9 @@ class InMemoryStore(SuspensionOps, RebuildOps):
             taken = {m["position"] for m in self.messages if m["root_id"] == run.root_id}
             assert not taken & {m.position for m in record.messages}, "a message position stored twice"
             self._write_round(run, record, tools)
+            for call in self.model_calls:  # committed, the accepted response lives in the messages
+                if (call["run_id"], call["boundary_seq"]) == (run.id, record.boundary_seq):
+                    call["response"] = None
             return self._next_in_root(run) if record.terminal else None
 
     def _write_round(self, run: RunRow, record: RoundRecord, tools: list[dict[str, Any]]) -> None:

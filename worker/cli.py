@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -381,6 +381,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return _err(f"run {args.run_id} has already ended", EXIT_INPUT)
 
 
+def _answer_parser(sub: Any, name: str, fn: Callable[[argparse.Namespace], int], help: str) -> Any:
+    """A command that answers one suspended call: ``RUN_ID TOOL_CALL_ID`` and its options."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("run_id", type=_run_id)
+    p.add_argument("tool_call_id")
+    p.set_defaults(fn=fn)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aidawork", description="AIDAWORK: durable LLM agent runs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -427,26 +436,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key")
     p.add_argument("--value", required=True, help="the value, as JSON")
     p.set_defaults(fn=cmd_resolve)
-    p = sub.add_parser("tool-result", help="the result of a client tool, or of a call whose outcome is unknown")
-    p.add_argument("run_id", type=_run_id)
-    p.add_argument("tool_call_id")
+    p = _answer_parser(sub, "tool-result", cmd_tool_result,
+                       "the result of a client tool, or of a call whose outcome is unknown")
     p.add_argument("--json", required=True, metavar="VALUE", help="the result, as JSON")
     p.add_argument("--error", action="store_true", help="the call failed: the model sees a failed result")
-    p.set_defaults(fn=cmd_tool_result)
-    p = sub.add_parser("retry-tool", help="run an at_most_once call whose outcome is unknown once more")
-    p.add_argument("run_id", type=_run_id)
-    p.add_argument("tool_call_id")
-    p.set_defaults(fn=cmd_retry_tool)
-    p = sub.add_parser("approve", help="let a call that waits for approval run (maybe with edited args)")
-    p.add_argument("run_id", type=_run_id)
-    p.add_argument("tool_call_id")
+    _answer_parser(sub, "retry-tool", cmd_retry_tool, "run an at_most_once call whose outcome is unknown once more")
+    p = _answer_parser(sub, "approve", cmd_approve, "let a call that waits for approval run (maybe with edited args)")
     p.add_argument("--args", default=None, metavar="JSON", help="the call's args, edited (the whole object)")
-    p.set_defaults(fn=cmd_approve)
-    p = sub.add_parser("reject", help="refuse a call that waits for approval; the model is told why")
-    p.add_argument("run_id", type=_run_id)
-    p.add_argument("tool_call_id")
+    p = _answer_parser(sub, "reject", cmd_reject, "refuse a call that waits for approval; the model is told why")
     p.add_argument("--reason", required=True, help="why (shown to the model)")
-    p.set_defaults(fn=cmd_reject)
     p = sub.add_parser("cancel", help="cancel a run that has not ended")
     p.add_argument("run_id", type=_run_id)
     p.set_defaults(fn=cmd_cancel)

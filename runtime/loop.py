@@ -291,13 +291,14 @@ def _tool_outcome(
         return ToolOutcome.suspended(ToolSuspension("outcome_unknown", reason=UNKNOWN_AFTER_CRASH))
     try:
         outcome = tool.run(args, ctx)
-    except ToolTimedOut:
+    except ToolTimedOut as exc:
         # No end is recorded: the handler may still be running (a thread cannot be
         # stopped) and may yet do its effect. Recording this suspension would clear the
         # start, as for a handler that waited for input, and a re-executed round would
         # run the handler again.
         return ToolOutcome.suspended(
-            ToolSuspension("outcome_unknown", reason=f"it did not finish within its timeout of {tool.timeout_s} s")
+            ToolSuspension("outcome_unknown",
+                           reason=str(exc) or f"it did not finish within its timeout of {tool.timeout_s} s")
         )
     hooks.tool_call_finished(call, outcome)
     return outcome

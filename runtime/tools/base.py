@@ -253,7 +253,8 @@ class ToolArgsInvalid(Exception):
 
 
 class ToolTimedOut(Exception):
-    pass
+    """The call did not end in time, or its end was lost: it may have run (the message
+    says why, when it is not the tool's timeout)."""
 
 
 Handler = Callable[[Any, ToolContext], Any]

@@ -25,19 +25,19 @@ import time
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import asynccontextmanager, suppress
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx2
 import structlog
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client import Transport
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, RequestParamsMeta
 from mcp.types import Tool as McpTool
 from pydantic import ValidationError
 
 from runtime.canonical import JSON
-from runtime.tools.base import Tool, ToolContext, ToolsetUnavailable, ToolTimedOut
+from runtime.tools.base import Tool, ToolContext, ToolEffect, ToolsetUnavailable, ToolTimedOut
 from runtime.toolsets.mcp import McpServerUnavailable, McpToolError, result_json, tool_of
 from runtime.toolsets.mcp_config import HttpServer, McpServerConfig, StdioServer, secret_values
 
@@ -61,7 +61,17 @@ def _log() -> Any:
 
 
 class _Unavailable(Exception):
-    """The server could not be reached, or the session broke during the call."""
+    """The server could not be reached, or the session broke during the call (``sent``:
+    the request may have reached the server, so the call may have run)."""
+
+    def __init__(self, message: str, *, sent: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+# Where a call's idempotency key goes in the request's ``_meta`` (a server that changes
+# something may use it to do so once).
+IDEMPOTENCY_META_KEY = "aidawork/idempotency_key"
 
 
 def describe(exc: BaseException) -> str:
@@ -180,24 +190,25 @@ class _Session:
                     break
         except Exception as exc:
             self.broken(client)
-            raise _Unavailable(describe(exc)) from None
+            raise _Unavailable(describe(exc), sent=True) from None
         return tools
 
-    async def call(self, tool: str, args: dict[str, Any]) -> CallToolResult:
+    async def call(self, tool: str, args: dict[str, Any], idempotency_key: str) -> CallToolResult:
         client = await self.client()
         try:
-            return await client.call_tool(tool, args)
+            meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: idempotency_key})
+            return await client.call_tool(tool, args, meta=meta)
         except MCPError as exc:
             if exc.code in _TRANSPORT_CODES:
                 self.broken(client)
-                raise _Unavailable(describe(exc)) from None
+                raise _Unavailable(describe(exc), sent=True) from None
             # The server answered, with an error (unknown tool, invalid params).
             raise McpToolError(f"MCP server {self.name!r}: {exc.message} (code {exc.code})") from None
         except ValidationError as exc:  # an answer that is not a valid result
             raise McpToolError(f"MCP server {self.name!r} gave an invalid result: {describe(exc)}") from None
         except Exception as exc:
             self.broken(client)
-            raise _Unavailable(describe(exc)) from None
+            raise _Unavailable(describe(exc), sent=True) from None
 
 
 class McpToolset:
@@ -216,6 +227,7 @@ class McpToolset:
         self.listed: tuple[str, ...] = ()
         self.unavailable: tuple[str, ...] = ()
         self._relist_lock = threading.Lock()
+        self._effects: dict[tuple[str, str], ToolEffect] = {}
         self._last_listing: dict[str, float] = {}
 
     @classmethod
@@ -258,6 +270,7 @@ class McpToolset:
                 _log().warning("mcp_tool_skipped", server=name, tool=spec.name[:80], reason=made)
                 continue
             tools.append(made)
+            self._effects[(name, spec.name)] = made.effect
         unknown = sorted(set(config.effects) - {spec.name for spec in specs})
         if unknown:
             _log().warning("mcp_effects_unknown_tools", server=name, tools=unknown)
@@ -297,7 +310,7 @@ class McpToolset:
         try:
             if self._closed:
                 raise _Unavailable("this process is shutting down")
-            future = self._submit(self._sessions[server].call(tool, args))
+            future = self._submit(self._sessions[server].call(tool, args, ctx.idempotency_key))
             try:
                 result = future.result(timeout=timeout_s)
             except concurrent.futures.TimeoutError:
@@ -308,6 +321,9 @@ class McpToolset:
         except _Unavailable as exc:
             _log().warning("mcp_server_unavailable", server=server, tool=tool, run_id=str(ctx.run_id),
                            boundary_seq=ctx.boundary_seq, tool_call_id=ctx.tool_call_id, error=str(exc))
+            if exc.sent and self._effects.get((server, tool)) == ToolEffect.AT_MOST_ONCE:
+                # It may have run: an at_most_once call's outcome is unknown, not failed.
+                raise ToolTimedOut(f"its MCP server {server!r} went away after the call was sent: {exc}") from None
             raise McpServerUnavailable(f"MCP server {server!r} is unavailable: {exc}") from None
         return result_json(server, result)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -101,7 +102,9 @@ def test_a_tool_is_called_over_streamable_http_with_the_configured_headers(
                                               "effects": {"fail": "read_only"}}}))
     tools = {t.name: t for t in toolset.tools}
 
-    assert sorted(tools) == ["mcp__web__fail", "mcp__web__shout", "mcp__web__stamp", "mcp__web__wait"]
+    assert sorted(tools) == [
+        "mcp__web__fail", "mcp__web__meta_key", "mcp__web__shout", "mcp__web__stamp", "mcp__web__wait"
+    ]
     assert tools["mcp__web__stamp"].effect == ToolEffect.IDEMPOTENT  # annotated
     assert tools["mcp__web__shout"].effect == ToolEffect.AT_MOST_ONCE  # nothing said
     assert tools["mcp__web__fail"].effect == ToolEffect.READ_ONLY  # the operator said
@@ -229,3 +232,47 @@ def test_a_server_unreachable_at_start_is_listed_when_a_run_names_its_tool_once_
         assert call({tool.name: tool}, tool.name, {"text": "late"}).result == {"stamped": "late"}
     finally:
         server.kill()
+
+
+def test_a_call_carries_its_idempotency_key_in_the_request_meta(
+    http_server: HttpMcpServer, toolsets: list[McpToolset]
+) -> None:
+    toolsets.append(toolset := start({"web": {"url": http_server.url, "headers": {"X-Test-Token": TOKEN}}}))
+    tool = next(t for t in toolset.tools if t.name == "mcp__web__meta_key")
+    outcome = tool.run(tool.parse_args({}), tool_context("call_3_1"))
+    assert (outcome.status, outcome.result) == (ToolStatus.COMPLETED, {"result": "key-call_3_1"})
+
+
+def test_an_at_most_once_call_whose_server_went_away_after_it_was_sent_has_an_unknown_outcome(
+    tmp_path: Path, http_server: HttpMcpServer, toolsets: list[McpToolset]
+) -> None:
+    headers = {"X-Test-Token": TOKEN}
+    toolsets.append(toolset := start({
+        "once": {"url": http_server.url, "headers": headers},
+        "safe": {"url": http_server.url, "headers": headers, "effects": {"wait": "idempotent"}},
+    }))
+    tools = {t.name: t for t in toolset.tools}
+    outcomes: dict[str, Any] = {}
+    for name in ("mcp__once__wait", "mcp__safe__wait"):
+        started = tmp_path / f"{name}.started"
+        server = HttpMcpServer(tmp_path / f"{name}.log", token=TOKEN, port=http_server.port)
+        if name == "mcp__once__wait":
+            http_server.kill()  # the fixture's server makes way for one the test kills mid-call
+        server.wait_ready()
+
+        def calling(name: str = name, started: Path = started) -> None:
+            try:
+                outcomes[name] = call(tools, name, {"seconds": 30, "started": str(started)})
+            except ToolTimedOut as exc:
+                outcomes[name] = exc
+
+        caller = threading.Thread(target=calling)
+        caller.start()
+        wait_until(started.exists, what=f"{name} to reach the server")
+        server.kill()  # the request was sent: the server may have acted on it
+        caller.join(timeout=60)
+    # At most once: it may have happened, so it is not a plain failure.
+    assert isinstance(outcomes["mcp__once__wait"], ToolTimedOut), outcomes
+    assert "went away after the call was sent" in str(outcomes["mcp__once__wait"])
+    # Idempotent: running it again is harmless, so the model is told the server is down.
+    assert error_code(outcomes["mcp__safe__wait"]) == MCP_SERVER_UNAVAILABLE

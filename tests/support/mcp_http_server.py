@@ -8,17 +8,20 @@ can see that the configured headers are sent. Tools:
 - ``stamp(text)``: ``{"stamped": text}`` as structured content; annotated idempotent;
 - ``shout(text)``: the text upper-cased, as text only; no annotations (at most once);
 - ``fail(reason)``: an ``isError`` result with the reason;
-- ``wait(seconds)``: sleeps, then says so; no annotations.
+- ``wait(seconds, started="")``: creates the file ``started`` (if given), sleeps, then says
+  so; no annotations (at most once);
+- ``meta_key()``: the ``aidawork/idempotency_key`` its request's ``_meta`` carried.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
@@ -47,10 +50,18 @@ def build(token: str | None) -> Any:
         raise ToolError(f"failed on purpose: {reason}")
 
     @server.tool()
-    async def wait(seconds: float) -> str:
-        """Sleep, then say so."""
+    async def wait(seconds: float, started: str = "") -> str:
+        """Sleep, then say so (first creating the file ``started``, if named)."""
+        if started:
+            Path(started).touch()
         await asyncio.sleep(seconds)
         return f"waited {seconds} s"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def meta_key(ctx: Context) -> str:
+        """The idempotency key the request carried in its _meta."""
+        meta = ctx.request_context.meta or {}
+        return str(meta.get("aidawork/idempotency_key"))
 
     app = server.streamable_http_app(host="127.0.0.1")
 

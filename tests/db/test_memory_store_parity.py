@@ -118,10 +118,25 @@ def drive(side: Side) -> list[Any]:
         )
     )
     call = s.record_model_call_started(c2.run_id, 1, c2.attempt, c2.fence, "req")
+    # It starts an at_most_once call (the new holder below finds it, with no end).
+    seen.append(("tool started", fenced(lambda: s.start_tool_execution(c2.run_id, 1, "call_1_0", c2.fence,
+                                                                        retry_of=None))))
     side.expire(run.run_id)  # its holder died executing: taken over
     c3 = claim(1, after=0, held_fence=None)
     assert c3 is not None
     seen.append(("taken over", claim_view(c3), side.row(run.run_id)))
+    seen.append(
+        (
+            "tool executions",
+            fenced(lambda: s.start_tool_execution(c3.run_id, 1, "call_1_1", c2.fence, retry_of=None)),
+            fenced(lambda: s.start_tool_execution(c3.run_id, 1, "call_1_1", c3.fence, retry_of=None)),
+            fenced(lambda: s.start_tool_execution(c3.run_id, 1, "call_1_1", c3.fence, retry_of="wait-1")),
+            fenced(lambda: s.start_tool_execution(c3.run_id, 1, "call_1_1", c3.fence, retry_of="wait-1")),
+            fenced(lambda: s.finish_tool_execution(c3.run_id, "call_1_1", c3.fence, "completed", {"ok": 1})),
+            fenced(lambda: s.start_tool_execution(c3.run_id, 1, "call_1_1", c3.fence, retry_of=None)),
+            fenced(lambda: s.start_tool_execution(c3.run_id, 1, "call_1_0", c3.fence, retry_of=None)),
+        )
+    )
     seen.append(
         (
             "stale ledger",

@@ -43,6 +43,7 @@ from schema.wire.vocab import ToolStatus
 from worker import failpoints
 from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
+from worker.deltas import MODEL_STREAM_RESTARTED, RunDelta, publisher_for
 from worker.logging import bind
 from worker.rebuild import rebuild_context
 
@@ -74,6 +75,9 @@ class LedgerHooks:
         self._ctx = ctx
         self._claim = claim
         self._call_id: int | None = None
+        # A claim that is not the round's first may follow a holder that streamed part of
+        # this round already; so may a second model call under this claim (a rebuild).
+        self._stream_restarts = claim.attempt > 1 or claim.claims > 1
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         c = self._claim
@@ -117,6 +121,23 @@ class LedgerHooks:
         # The round is where a call would have left it, response in hand: a round that
         # kills its worker from here on still does (and spends its attempts) when redone.
         failpoints.hit("after_model_call", owner=self._claim.owner)
+
+
+    def model_delta_sink(self) -> Callable[[str], None]:
+        c, publisher = self._claim, publisher_for(self._ctx.settings.broker_url)
+        started = False
+
+        def publish(text: str) -> None:
+            nonlocal started
+            if not started:
+                started = True
+                if self._stream_restarts:
+                    restart = RunDelta(c.boundary_seq, kind=MODEL_STREAM_RESTARTED, attempt=c.attempt)
+                    publisher.publish(c.run_id, restart)
+                self._stream_restarts = True
+            publisher.publish(c.run_id, RunDelta(c.boundary_seq, text, attempt=c.attempt))
+
+        return publish
 
 
 def _storable(response: ModelResponse | None) -> dict[str, Any] | None:

@@ -1,0 +1,154 @@
+"""Token deltas: a model call's text as it streams, published live through Redis pub/sub
+(the broker's Redis), one channel per run, and never written to PostgreSQL.
+
+- The worker publishes (``DeltaPublisher``, one per process and broker URL): the round's
+  thread only puts the delta on a bounded in-memory queue; one daemon thread sends what is
+  queued in a pipeline. A round never waits for Redis, and a Redis error or a full queue
+  drops deltas (logged at debug): they are ephemeral, and the durable ``model_responded``
+  event carries the whole response anyway.
+- A message is JSON ``{"kind", "round", "attempt", "delta"}``; ``kind`` is
+  ``model_delta`` or ``model_stream_restarted`` (sent before the first delta of a round
+  whose earlier attempt may have streamed: a client discards what it showed of it).
+- Readers (the HTTP API's stream, ``client.events(..., deltas=True)``) keep the order
+  they receive, and drop a delta of a round whose ``model_responded`` they have passed on
+  already (``DeltaOrder``): deltas are published before the round commits, so this only
+  drops the odd delta that lost the race with the durable event it is part of.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+from uuid import UUID
+
+import redis
+import structlog
+
+log = structlog.get_logger("aidawork.deltas")
+
+CHANNEL_PREFIX = "aidawork:deltas:"
+CHANNEL_PATTERN = CHANNEL_PREFIX + "*"
+MODEL_DELTA: Final = "model_delta"
+MODEL_STREAM_RESTARTED: Final = "model_stream_restarted"
+QUEUE_LIMIT = 10_000  # deltas waiting for the publisher thread at most; more are dropped
+_BATCH = 500
+
+DeltaKind = Literal["model_delta", "model_stream_restarted"]
+
+
+def channel(run_id: UUID | str) -> str:
+    return f"{CHANNEL_PREFIX}{run_id}"
+
+
+@dataclass(frozen=True)
+class RunDelta:
+    """A piece of a round's model text as it streamed (``kind`` ``model_delta``), or the
+    notice that the round's stream starts over (``model_stream_restarted``, no text)."""
+
+    round: int
+    delta: str = ""
+    kind: DeltaKind = "model_delta"
+    attempt: int = 0
+
+    @property
+    def restarted(self) -> bool:
+        return self.kind == MODEL_STREAM_RESTARTED
+
+    def sse_data(self) -> dict[str, Any]:
+        """The ``data`` of its SSE message: ``{"round", "delta"}`` or ``{"round"}``."""
+        return {"round": self.round} if self.restarted else {"round": self.round, "delta": self.delta}
+
+
+def encode(delta: RunDelta) -> str:
+    return json.dumps(
+        {"kind": delta.kind, "round": delta.round, "attempt": delta.attempt, "delta": delta.delta},
+        ensure_ascii=False,
+    )
+
+
+def decode(raw: bytes | str) -> RunDelta | None:
+    """The delta a message carries, or None for anything else on the channel."""
+    try:
+        body = json.loads(raw)
+        kind = body["kind"]
+        if kind not in (MODEL_DELTA, MODEL_STREAM_RESTARTED):
+            return None
+        return RunDelta(round=int(body["round"]), delta=str(body.get("delta", "")), kind=kind,
+                        attempt=int(body.get("attempt", 0)))
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+class DeltaOrder:
+    """What a reader passes on: every delta of a round until the round's
+    ``model_responded`` has been passed on, none after it."""
+
+    def __init__(self) -> None:
+        self.responded_round = -1
+
+    def responded(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "model_responded" and isinstance(data.get("boundary_seq"), int):
+            self.responded_round = max(self.responded_round, data["boundary_seq"])
+
+    def keeps(self, delta: RunDelta) -> bool:
+        return delta.round > self.responded_round
+
+
+class DeltaPublisher:
+    """Publishes deltas from any thread without blocking it (see the module docstring)."""
+
+    def __init__(self, url: str) -> None:
+        self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        self._queue: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=QUEUE_LIMIT)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def publish(self, run_id: UUID, delta: RunDelta) -> None:
+        self._start()
+        try:
+            self._queue.put_nowait((channel(run_id), encode(delta)))
+        except queue.Full:
+            self.dropped += 1
+            log.debug("model_delta_dropped", reason="queue_full")
+
+    def _start(self) -> None:
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="aidawork-deltas", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                pipe = self._redis.pipeline(transaction=False)
+                for name, message in batch:
+                    pipe.publish(name, message)
+                pipe.execute()
+            except Exception as exc:  # ephemeral: a client sees the durable event anyway
+                self.dropped += len(batch)
+                log.debug("model_delta_publish_failed", deltas=len(batch), error=type(exc).__name__)
+
+
+_publishers: dict[str, DeltaPublisher] = {}
+_publishers_lock = threading.Lock()
+
+
+def publisher_for(url: str) -> DeltaPublisher:
+    """This process's publisher for the broker at ``url`` (one connection pool)."""
+    with _publishers_lock:
+        found = _publishers.get(url)
+        if found is None:
+            found = _publishers[url] = DeltaPublisher(url)
+        return found

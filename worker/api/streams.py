@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,9 @@ from starlette.types import Receive, Scope, Send
 
 from schema.store.owners import EventTail, TailKey
 from schema.wire import TERMINAL_EVENTS, RunEvent
+from worker.api.deltas import DeltaListener
 from worker.api.errors import ApiError
+from worker.deltas import DeltaOrder, RunDelta
 
 log = structlog.get_logger("aidawork.api")
 
@@ -56,6 +59,12 @@ def format_sse(event: RunEvent) -> str:
     return f"id: {event.seq}\nevent: {event.kind.value}\ndata: {event.model_dump_json()}\n\n"
 
 
+def format_delta_sse(delta: RunDelta) -> str:
+    """A live delta as an SSE message with no ``id``: it is not part of the durable
+    sequence, so a client's Last-Event-ID stays the last durable event it saw."""
+    return f"event: {delta.kind}\ndata: {json.dumps(delta.sse_data(), ensure_ascii=False)}\n\n"
+
+
 @dataclass(eq=False)
 class Subscription:
     """One open stream's place in the hub. ``page`` is what the poller handed over and
@@ -65,6 +74,8 @@ class Subscription:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     page: EventTail | None = None
     failed: bool = False
+    # Set with ``ready`` and by each live delta: what the stream waits on.
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def waiting(self) -> bool:
@@ -78,6 +89,7 @@ class Subscription:
             if page.events:
                 self.key = self.key._replace(after_seq=page.events[-1].seq)
         self.ready.set()
+        self.wake.set()
 
 
 class EventHub:
@@ -91,14 +103,15 @@ class EventHub:
         self._polling = asyncio.Lock()  # one read at a time: a page is for the cursor it was read at
         self._task: asyncio.Task[None] | None = None
 
-    def subscribe(self, key: TailKey) -> Subscription:
-        """Start following ``key``; its first read happens at once."""
+    def subscribe(self, key: TailKey, wake: asyncio.Event | None = None) -> Subscription:
+        """Start following ``key``; its first read happens at once. ``wake``: the event
+        the stream waits on (shared with its live deltas)."""
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:
             # Bound to this loop (tests run one loop per request).
             self._wake, self._polling = asyncio.Event(), asyncio.Lock()
             self._task = loop.create_task(self._run(), name="aidawork-event-hub")
-        sub = Subscription(key)
+        sub = Subscription(key) if wake is None else Subscription(key, wake=wake)
         self._subscribers.add(sub)
         self._wake.set()
         return sub
@@ -165,23 +178,41 @@ class EventHub:
 
 
 async def follow(
-    hub: EventHub, sub: Subscription, *, keepalive_s: float, disconnected: Callable[[], Awaitable[bool]] | None = None
+    hub: EventHub,
+    sub: Subscription,
+    *,
+    keepalive_s: float,
+    disconnected: Callable[[], Awaitable[bool]] | None = None,
+    deltas: DeltaListener | None = None,
 ) -> AsyncIterator[str]:
     """The SSE text of ``sub``'s run from its cursor until its terminal event, with a
     keepalive comment after ``keepalive_s`` without events. ``disconnected`` is asked at
-    each keepalive: Starlette watches for a disconnect itself only below ASGI spec 2.4."""
+    each keepalive: Starlette watches for a disconnect itself only below ASGI spec 2.4.
+
+    With ``deltas``, the live deltas received are sent as they come, each before any page
+    of durable events read after it; a delta of a round whose ``model_responded`` has
+    been sent already is dropped (``DeltaOrder``): it lost the race with its own round."""
+    order = DeltaOrder()
     while True:
         with anyio.move_on_after(keepalive_s) as quiet:
-            page = await hub.take(sub)
+            await sub.wake.wait()
+        sub.wake.clear()
+        for delta in deltas.drain() if deltas is not None else ():
+            if order.keeps(delta):
+                yield format_delta_sse(delta)
         if quiet.cancelled_caught:
             if disconnected is not None and await disconnected():
                 return
             yield KEEPALIVE
             continue
+        if not sub.ready.is_set():
+            continue  # woken by deltas only
+        page = await hub.take(sub)
         if page is None:
             return  # the read failed; the client reconnects with Last-Event-ID
         for event in page.events:
             yield format_sse(event)
+            order.responded(event.kind, event.data)
             if event.kind in TERMINAL_EVENTS:
                 return
         if page.ended and not page.events:
@@ -200,9 +231,10 @@ class EventStreamResponse(StreamingResponse):
         release: Callable[[], None],
         keepalive_s: float,
         disconnected: Callable[[], Awaitable[bool]] | None = None,
+        deltas: DeltaListener | None = None,
     ) -> None:
         self._hub, self._sub, self._release = hub, sub, release
-        stream = follow(hub, sub, keepalive_s=keepalive_s, disconnected=disconnected)
+        stream = follow(hub, sub, keepalive_s=keepalive_s, disconnected=disconnected, deltas=deltas)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         super().__init__(stream, media_type="text/event-stream", headers=headers)
 

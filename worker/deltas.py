@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 from uuid import UUID
@@ -152,3 +153,47 @@ def publisher_for(url: str) -> DeltaPublisher:
         if found is None:
             found = _publishers[url] = DeltaPublisher(url)
         return found
+
+
+class DeltaSubscription:
+    """One reader's subscription to one run's deltas (``client.events(..., deltas=True)``),
+    synchronous. Best effort: with Redis unreachable it yields nothing."""
+
+    def __init__(self, url: str, run_id: UUID, *, ready_timeout_s: float = 2.0) -> None:
+        self._client = redis.Redis.from_url(url, socket_connect_timeout=ready_timeout_s)
+        self._pubsub: Any = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        try:
+            self._pubsub.subscribe(channel(run_id))
+            # The confirmation: from here on no delta of the run is missed.
+            self._pubsub.get_message(ignore_subscribe_messages=False, timeout=ready_timeout_s)
+        except redis.RedisError as exc:
+            log.warning("delta_subscription_failed", error=type(exc).__name__)
+            self.close()
+
+    def next(self, timeout_s: float) -> RunDelta | None:
+        """The next delta received within ``timeout_s`` (0: only one already here)."""
+        if self._pubsub is None:
+            return None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                message = self._pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+            except redis.RedisError as exc:
+                log.warning("delta_subscription_failed", error=type(exc).__name__)
+                self.close()
+                return None
+            if message is not None and message.get("type") == "message":
+                found = decode(message["data"])
+                if found is not None:
+                    return found
+            if time.monotonic() >= deadline:
+                return None
+
+    def close(self) -> None:
+        if self._pubsub is not None:
+            try:
+                self._pubsub.close()
+                self._client.close()
+            except redis.RedisError:
+                pass
+            self._pubsub = None

@@ -306,12 +306,19 @@ def _events_with_deltas(
     url = context.settings.broker_url
     live = DeltaSubscription(url, run_id) if url.startswith(("redis:", "rediss:")) else None
     order = DeltaOrder()
+    streaming: int | None = None  # the round whose deltas are being yielded
+    held: list[RunDelta] = []
     try:
         wait_s = 0.0
         while True:
-            # Deltas received so far first: they were published before any commit read next.
             deadline = time.monotonic() + wait_s
             while live is not None and (delta := live.next(max(0.0, deadline - time.monotonic()))) is not None:
+                if delta.round != streaming:
+                    # A round starts streaming: the durable events committed before it
+                    # (the end of the previous round) are yielded first.
+                    streaming = delta.round
+                    held.append(delta)
+                    break
                 if order.keeps(delta):
                     yield delta
             if live is None:
@@ -323,9 +330,13 @@ def _events_with_deltas(
                 after_seq = event.seq
                 if event.kind in TERMINAL_EVENTS:
                     return
-            if not follow and not batch:
+            for delta in held:
+                if order.keeps(delta):
+                    yield delta
+            if not follow and not batch and not held:
                 return
-            wait_s = 0.0 if batch else poll_s
+            wait_s = 0.0 if batch or held else poll_s
+            held.clear()
     finally:
         if live is not None:
             live.close()

@@ -35,7 +35,7 @@ from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
 from schema.wire.vocab import ToolAnswerKind
 from worker.app import send_or_defer
 from worker.client_context import ClientContext, get_client_context
-from worker.deltas import DeltaOrder, DeltaSubscription, RunDelta
+from worker.deltas import DeltaOrder, DeltaSubscription, RunDelta, ends_stream_of
 
 log = structlog.get_logger("aidawork.client")
 
@@ -325,14 +325,15 @@ def _events_with_deltas(
                 time.sleep(wait_s)
             batch = event_store.read_events(context.engine, run_id, after_seq=after_seq)
             for event in batch:
+                if ends_stream_of(held, event.kind, event.data):
+                    yield from held
+                    held.clear()
                 yield event
                 order.responded(event.kind, event.data)
                 after_seq = event.seq
                 if event.kind in TERMINAL_EVENTS:
                     return
-            for delta in held:
-                if order.keeps(delta):
-                    yield delta
+            yield from (delta for delta in held if order.keeps(delta))
             if not follow and not batch and not held:
                 return
             wait_s = 0.0 if batch or held else poll_s

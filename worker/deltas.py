@@ -98,6 +98,13 @@ class DeltaOrder:
         return delta.round > self.responded_round
 
 
+def ends_stream_of(held: list[RunDelta], kind: str, data: dict[str, Any]) -> bool:
+    """Whether this durable event is the response of the round the ``held`` deltas
+    stream (or a later one): they go out before it."""
+    seq = data.get("boundary_seq")
+    return bool(held) and kind == "model_responded" and isinstance(seq, int) and seq >= held[0].round
+
+
 class DeltaPublisher:
     """Publishes deltas from any thread without blocking it (see the module docstring)."""
 

@@ -135,3 +135,15 @@ def test_a_stream_sends_received_deltas_before_the_durable_page_after_them() -> 
         "id: 2",
     ]
     assert "".join(json.loads(text.split("data: ")[1])["delta"] for text in out[:2]) == "a b"
+
+
+def test_a_new_rounds_first_delta_waits_for_a_read_and_goes_before_its_response() -> None:
+    from worker.api.streams import DeltaGate
+
+    gate = DeltaGate()
+    now, asked = gate.admit([RunDelta(1, "a "), RunDelta(1, "b")])
+    assert (now, asked) == ([], True) and [d.delta for d in gate.held] == ["a ", "b"]
+    assert [d.delta for d in gate.release()] == ["a ", "b"]
+    assert gate.admit([RunDelta(1, "c")]) == ([RunDelta(1, "c")], False)  # the round streams: no more waits
+    gate.order.responded("model_responded", {"boundary_seq": 1})
+    assert gate.admit([RunDelta(1, "late")]) == ([], False)

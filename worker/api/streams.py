@@ -30,7 +30,7 @@ from schema.store.owners import EventTail, TailKey
 from schema.wire import TERMINAL_EVENTS, RunEvent
 from worker.api.deltas import DeltaListener
 from worker.api.errors import ApiError
-from worker.deltas import DeltaOrder, RunDelta
+from worker.deltas import DeltaOrder, RunDelta, ends_stream_of
 
 log = structlog.get_logger("aidawork.api")
 
@@ -76,6 +76,8 @@ class Subscription:
     failed: bool = False
     # Set with ``ready`` and by each live delta: what the stream waits on.
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    want_read: bool = False  # the stream asked for a read now (``EventHub.read_soon``)
+    fresh_read: bool = False  # ... and it has happened
 
     @property
     def waiting(self) -> bool:
@@ -116,6 +118,12 @@ class EventHub:
         self._wake.set()
         return sub
 
+    def read_soon(self, sub: Subscription) -> None:
+        """Read for ``sub`` now rather than at the next tick; ``sub.fresh_read`` says when
+        that read has happened, whether or not it found events."""
+        sub.want_read = True
+        self._wake.set()
+
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
 
@@ -147,6 +155,9 @@ class EventHub:
                 tail = tails.get(key, _GONE)
                 if tail.events or tail.ended:
                     sub.hand(tail)
+                if sub.want_read:
+                    sub.want_read, sub.fresh_read = False, True
+                    sub.wake.set()
 
     async def _read_tails(self, keys: list[TailKey]) -> Mapping[TailKey, EventTail] | None:
         """The tails of ``keys`` (read in a worker thread), or ``None`` when the read failed."""
@@ -177,6 +188,50 @@ class EventHub:
                 await self._task
 
 
+class DeltaGate:
+    """The order of a stream's live deltas against its durable events. A delta of a
+    round that has not streamed yet is held until the durable events committed before it
+    (the end of the previous round) have been read and sent: one extra read per round
+    that streams, asked for at once rather than at the next tick. A delta of a round whose
+    ``model_responded`` has been sent is dropped (``DeltaOrder``)."""
+
+    def __init__(self) -> None:
+        self.order = DeltaOrder()
+        self.streaming: int | None = None
+        self.held: list[RunDelta] = []
+
+    def admit(self, deltas: Sequence[RunDelta]) -> tuple[list[RunDelta], bool]:
+        """What to send now, and whether a read must come first for what is held now."""
+        now, asked = [], False
+        for delta in deltas:
+            if not self.held and delta.round != self.streaming:
+                self.streaming, asked = delta.round, True
+            if self.held or asked:
+                self.held.append(delta)
+            elif self.order.keeps(delta):
+                now.append(delta)
+        return now, asked
+
+    def release(self) -> list[RunDelta]:
+        out = [d for d in self.held if self.order.keeps(d)]
+        self.held = []
+        return out
+
+
+def page_text(page: EventTail, gate: DeltaGate) -> tuple[list[str], bool]:
+    """A page of durable events as SSE text (held deltas go out before their round's
+    response), and whether the stream ends with it."""
+    out = []
+    for event in page.events:
+        if ends_stream_of(gate.held, event.kind, event.data):
+            out += [format_delta_sse(delta) for delta in gate.release()]
+        out.append(format_sse(event))
+        gate.order.responded(event.kind, event.data)
+        if event.kind in TERMINAL_EVENTS:
+            return out, True
+    return out, page.ended and not page.events  # ended: its terminal event was at or before the cursor
+
+
 async def follow(
     hub: EventHub,
     sub: Subscription,
@@ -189,34 +244,36 @@ async def follow(
     keepalive comment after ``keepalive_s`` without events. ``disconnected`` is asked at
     each keepalive: Starlette watches for a disconnect itself only below ASGI spec 2.4.
 
-    With ``deltas``, the live deltas received are sent as they come, each before any page
-    of durable events read after it; a delta of a round whose ``model_responded`` has
-    been sent already is dropped (``DeltaOrder``): it lost the race with its own round."""
-    order = DeltaOrder()
+    With ``deltas``, the live deltas are sent between the durable events in the order
+    ``DeltaGate`` keeps."""
+    gate = DeltaGate()
     while True:
-        with anyio.move_on_after(keepalive_s) as quiet:
+        with anyio.move_on_after(min(keepalive_s, 2 * hub.poll_s) if gate.held else keepalive_s) as quiet:
             await sub.wake.wait()
         sub.wake.clear()
-        for delta in deltas.drain() if deltas is not None else ():
-            if order.keeps(delta):
+        now, asked = gate.admit(deltas.drain() if deltas is not None else ())
+        for delta in now:
+            yield format_delta_sse(delta)
+        if asked:
+            hub.read_soon(sub)
+        fresh, sub.fresh_read = sub.fresh_read, False
+        if sub.ready.is_set():
+            page = await hub.take(sub)
+            if page is None:
+                return  # the read failed; the client reconnects with Last-Event-ID
+            text, ended = page_text(page, gate)
+            for message in text:
+                yield message
+            if ended:
+                return
+            fresh = True
+        if gate.held and (fresh or quiet.cancelled_caught):
+            for delta in gate.release():  # read since they came (or the read is late)
                 yield format_delta_sse(delta)
-        if quiet.cancelled_caught:
+        elif quiet.cancelled_caught:
             if disconnected is not None and await disconnected():
                 return
             yield KEEPALIVE
-            continue
-        if not sub.ready.is_set():
-            continue  # woken by deltas only
-        page = await hub.take(sub)
-        if page is None:
-            return  # the read failed; the client reconnects with Last-Event-ID
-        for event in page.events:
-            yield format_sse(event)
-            order.responded(event.kind, event.data)
-            if event.kind in TERMINAL_EVENTS:
-                return
-        if page.ended and not page.events:
-            return  # its terminal event was at or before the cursor
 
 
 class EventStreamResponse(StreamingResponse):

@@ -3,7 +3,7 @@
 
 - The worker publishes (``DeltaPublisher``, one per process and broker URL): the round's
   thread only puts the delta on a bounded in-memory queue; one daemon thread sends what is
-  queued in a pipeline. A round never waits for Redis, and a Redis error or a full queue
+  queued in a pipeline, every ``COALESCE_S`` at most. A round never waits for Redis, and a Redis error or a full queue
   drops deltas (logged at debug): they are ephemeral, and the durable ``model_responded``
   event carries the whole response anyway.
 - A message is JSON ``{"kind", "round", "attempt", "delta"}``; ``kind`` is
@@ -18,9 +18,9 @@
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 from uuid import UUID
@@ -36,6 +36,7 @@ MODEL_DELTA: Final = "model_delta"
 MODEL_STREAM_RESTARTED: Final = "model_stream_restarted"
 QUEUE_LIMIT = 10_000  # deltas waiting for the publisher thread at most; more are dropped
 _BATCH = 500
+COALESCE_S = 0.005
 
 DeltaKind = Literal["model_delta", "model_stream_restarted"]
 
@@ -110,22 +111,24 @@ class DeltaPublisher:
 
     def __init__(self, url: str) -> None:
         self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
-        self._queue: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=QUEUE_LIMIT)
+        self._pending: deque[tuple[str, RunDelta]] = deque()  # appends and pops are atomic
+        self._waiting = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.dropped = 0
 
     def publish(self, run_id: UUID, delta: RunDelta) -> None:
-        self._start()
-        try:
-            self._queue.put_nowait((channel(run_id), encode(delta)))
-        except queue.Full:
+        if self._thread is None:
+            self._start()
+        if len(self._pending) >= QUEUE_LIMIT:
             self.dropped += 1
             log.debug("model_delta_dropped", reason="queue_full")
+            return
+        self._pending.append((channel(run_id), delta))
+        if not self._waiting.is_set():
+            self._waiting.set()
 
     def _start(self) -> None:
-        if self._thread is not None:
-            return
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="aidawork-deltas", daemon=True)
@@ -133,20 +136,24 @@ class DeltaPublisher:
 
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            while len(batch) < _BATCH:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            try:
-                pipe = self._redis.pipeline(transaction=False)
-                for name, message in batch:
-                    pipe.publish(name, message)
-                pipe.execute()
-            except Exception as exc:  # ephemeral: a client sees the durable event anyway
-                self.dropped += len(batch)
-                log.debug("model_delta_publish_failed", deltas=len(batch), error=type(exc).__name__)
+            self._waiting.wait()
+            # A few ms of coalescing: one pipeline carries the deltas of every round
+            # streaming meanwhile, rather than a wake-up and a round trip for each.
+            time.sleep(COALESCE_S)
+            self._waiting.clear()
+            while self._pending:
+                batch = [self._pending.popleft() for _ in range(min(_BATCH, len(self._pending)))]
+                self._send(batch)
+
+    def _send(self, batch: list[tuple[str, RunDelta]]) -> None:
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for name, delta in batch:
+                pipe.publish(name, encode(delta))
+            pipe.execute()
+        except Exception as exc:  # ephemeral: a client sees the durable event anyway
+            self.dropped += len(batch)
+            log.debug("model_delta_publish_failed", deltas=len(batch), error=type(exc).__name__)
 
 
 _publishers: dict[str, DeltaPublisher] = {}

@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 from uuid import UUID
 
 import redis
@@ -104,6 +104,10 @@ def ends_stream_of(held: list[RunDelta], kind: str, data: dict[str, Any]) -> boo
     stream (or a later one): they go out before it."""
     seq = data.get("boundary_seq")
     return bool(held) and kind == "model_responded" and isinstance(seq, int) and seq >= held[0].round
+
+
+class DeltaSink(Protocol):
+    def publish(self, run_id: UUID, delta: RunDelta) -> None: ...
 
 
 class DeltaPublisher:

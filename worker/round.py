@@ -43,7 +43,7 @@ from schema.wire.vocab import ToolStatus
 from worker import failpoints
 from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
-from worker.deltas import MODEL_STREAM_RESTARTED, RunDelta, publisher_for
+from worker.deltas import MODEL_STREAM_RESTARTED, RunDelta
 from worker.logging import bind
 from worker.rebuild import rebuild_context
 
@@ -123,8 +123,10 @@ class LedgerHooks:
         failpoints.hit("after_model_call", owner=self._claim.owner)
 
 
-    def model_delta_sink(self) -> Callable[[str], None]:
-        c, publisher = self._claim, publisher_for(self._ctx.settings.broker_url)
+    def model_delta_sink(self) -> Callable[[str], None] | None:
+        c, publisher = self._claim, self._ctx.deltas
+        if publisher is None:
+            return None
         started = False
 
         def publish(text: str) -> None:

@@ -3,7 +3,9 @@
 
 - The worker publishes (``DeltaPublisher``, one per process and broker URL): the round's
   thread only puts the delta on a bounded in-memory queue; one daemon thread sends what is
-  queued in a pipeline, every ``COALESCE_S`` at most. A round never waits for Redis, and a Redis error or a full queue
+  queued in a pipeline, every ``COALESCE_S`` at most; before its commit a round that
+  streamed waits (``FLUSH_S`` at most) until its deltas are sent, so they reach Redis
+  before the round's durable events do. A round never waits for Redis, and a Redis error or a full queue
   drops deltas (logged at debug): they are ephemeral, and the durable ``model_responded``
   event carries the whole response anyway.
 - A message is JSON ``{"kind", "round", "attempt", "delta"}``; ``kind`` is
@@ -17,6 +19,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -37,6 +40,7 @@ MODEL_STREAM_RESTARTED: Final = "model_stream_restarted"
 QUEUE_LIMIT = 10_000  # deltas waiting for the publisher thread at most; more are dropped
 _BATCH = 500
 COALESCE_S = 0.005
+FLUSH_S = 0.25  # the longest a round waits for its deltas to be sent
 
 DeltaKind = Literal["model_delta", "model_stream_restarted"]
 
@@ -109,6 +113,8 @@ def ends_stream_of(held: list[RunDelta], kind: str, data: dict[str, Any]) -> boo
 class DeltaSink(Protocol):
     def publish(self, run_id: UUID, delta: RunDelta) -> None: ...
 
+    def flush(self, timeout_s: float) -> None: ...
+
 
 class DeltaPublisher:
     """Publishes deltas from any thread without blocking it (see the module docstring)."""
@@ -117,6 +123,11 @@ class DeltaPublisher:
         self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
         self._pending: deque[tuple[str, RunDelta]] = deque()  # appends and pops are atomic
         self._waiting = threading.Event()
+        self._urgent = threading.Event()  # a flush is waiting: no coalescing
+        self._done = threading.Condition()
+        self._queued = itertools.count(1)  # next() is atomic: the n-th delta queued
+        self._sent = 0  # deltas sent (or failed) by the publisher thread, in queue order
+        self._last = 0  # the number of the latest delta queued
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.dropped = 0
@@ -128,9 +139,21 @@ class DeltaPublisher:
             self.dropped += 1
             log.debug("model_delta_dropped", reason="queue_full")
             return
-        self._pending.append((channel(run_id), delta))
+        with self._lock:  # numbered in queue order
+            self._last = next(self._queued)
+            self._pending.append((channel(run_id), delta))
         if not self._waiting.is_set():
             self._waiting.set()
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until every delta queued so far has been sent: a
+        round calls it before it commits, so its deltas go out before its durable events."""
+        target = self._last
+        if self._sent >= target:
+            return
+        self._urgent.set()
+        with self._done:
+            self._done.wait_for(lambda: self._sent >= target, timeout=timeout_s)
 
     def _start(self) -> None:
         with self._lock:
@@ -143,11 +166,15 @@ class DeltaPublisher:
             self._waiting.wait()
             # A few ms of coalescing: one pipeline carries the deltas of every round
             # streaming meanwhile, rather than a wake-up and a round trip for each.
-            time.sleep(COALESCE_S)
+            self._urgent.wait(COALESCE_S)
+            self._urgent.clear()
             self._waiting.clear()
             while self._pending:
                 batch = [self._pending.popleft() for _ in range(min(_BATCH, len(self._pending)))]
                 self._send(batch)
+                with self._done:
+                    self._sent += len(batch)
+                    self._done.notify_all()
 
     def _send(self, batch: list[tuple[str, RunDelta]]) -> None:
         try:

@@ -43,7 +43,7 @@ from schema.wire.vocab import ToolStatus
 from worker import failpoints
 from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
-from worker.deltas import MODEL_STREAM_RESTARTED, RunDelta
+from worker.deltas import FLUSH_S, MODEL_STREAM_RESTARTED, RunDelta
 from worker.logging import bind
 from worker.rebuild import rebuild_context
 
@@ -78,6 +78,7 @@ class LedgerHooks:
         # A claim that is not the round's first may follow a holder that streamed part of
         # this round already; so may a second model call under this claim (a rebuild).
         self._stream_restarts = claim.attempt > 1 or claim.claims > 1
+        self._streamed = False
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         c = self._claim
@@ -88,6 +89,8 @@ class LedgerHooks:
 
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
         assert self._call_id is not None
+        if self._streamed and self._ctx.deltas is not None:
+            self._ctx.deltas.flush(FLUSH_S)  # the deltas go out before the round's events
         self._ctx.store.record_model_call_finished(
             self._call_id,
             self._claim.run_id,
@@ -132,7 +135,7 @@ class LedgerHooks:
         def publish(text: str) -> None:
             nonlocal started
             if not started:
-                started = True
+                started = self._streamed = True
                 if self._stream_restarts:
                     restart = RunDelta(c.boundary_seq, kind=MODEL_STREAM_RESTARTED, attempt=c.attempt)
                     publisher.publish(c.run_id, restart)

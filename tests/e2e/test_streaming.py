@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.api import A, ApiServer, event_seqs, sse
-from tests.support.cluster import Cluster, wait_ready
+from tests.support.cluster import Cluster, events, wait_exit, wait_ready
 from tests.support.db import rows
 from tests.support.env import BROKER_URL, REPO, WAIT_S
 from tests.support.requests import scripted_request, without_owner
@@ -208,4 +208,30 @@ def test_a_worker_killed_mid_stream_restarts_the_rounds_stream(api: ApiServer, c
     calls = rows(ctx.engine, "SELECT status FROM model_calls WHERE run_id = :id AND boundary_seq = 1 "
                  "ORDER BY id", id=run_id)
     assert [c["status"] for c in calls][-1] == "succeeded" and len(calls) == 2, calls
+    assert_no_delta_stored(ctx.engine, run_id)
+
+
+def test_a_round_redone_from_its_recorded_response_streams_nothing_again(cluster: Cluster, ctx) -> None:
+    """The holder dies right after its model call returned (failpoint after_model_call):
+    the round's next holder goes on from the recorded response without calling the
+    model, so the redone attempt publishes no delta and no restart notice; the durable
+    model_responded has the text."""
+    run_id = client.submit(scripted_request([{"content": CONTENT, "latency_ms": 300}]), ctx=ctx).run_id
+    seen: list[Any] = []
+    follower = threading.Thread(target=lambda: seen.extend(client.events(run_id, deltas=True, ctx=ctx)),
+                                daemon=True)
+    follower.start()
+    wait_until(lambda: seen, timeout_s=WAIT_S, what="client.events to yield run_queued")  # subscribed
+    cluster.start_worker("w1", env={"AIDAWORK_FAILPOINTS": "after_model_call"})
+    cluster.start_beat()
+    assert wait_exit(cluster, "w1") == 86  # died with the response recorded, before the commit
+    cluster.start_worker("w2")
+    follower.join(timeout=WAIT_S)
+    assert not follower.is_alive()
+
+    deltas = [e for e in seen if isinstance(e, RunDelta)]
+    assert "".join(d.delta for d in deltas) == CONTENT and {d.attempt for d in deltas} == {1}  # w1's only
+    assert not [d for d in deltas if d.restarted]
+    assert events(cluster, "w2", "model_response_reused", run_id=str(run_id))
+    assert seen[-1].kind == "run_completed" and seen[-1].data["output"] == CONTENT
     assert_no_delta_stored(ctx.engine, run_id)

@@ -138,8 +138,13 @@ class RecordingDeltas:
 
     published: list[tuple[UUID, RunDelta]] = field(default_factory=list)
 
+    flushes: int = 0
+
     def publish(self, run_id: UUID, delta: RunDelta) -> None:
         self.published.append((run_id, delta))
+
+    def flush(self, timeout_s: float) -> None:
+        self.flushes += 1
 
 
 def shell(**settings: Any) -> Shell:

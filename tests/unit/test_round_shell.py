@@ -331,3 +331,4 @@ def test_a_first_attempt_publishes_deltas_with_no_restart() -> None:
     run_id = s.submit([{"content": "five"}])
     assert execute(s, run_id, 0) is RoundDisposition.COMMITTED
     assert s.ctx.deltas.published == [(run_id, RunDelta(0, "five", attempt=1))]  # type: ignore[union-attr]
+    assert s.ctx.deltas.flushes == 1  # type: ignore[union-attr]  # before the ledger write and the commit

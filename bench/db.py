@@ -34,7 +34,13 @@ def engine() -> Engine:
 
 
 def scripted(
-    rounds: int, *, latency_ms: int = 0, owner: str = "bench", tag: Any = None, big: dict[int, str] | None = None
+    rounds: int,
+    *,
+    latency_ms: int = 0,
+    owner: str = "bench",
+    tag: Any = None,
+    big: dict[int, str] | None = None,
+    content: str = "done",
 ) -> dict[str, Any]:
     """A run of ``rounds`` rounds: ``echo`` with a different arg each round (so the
     repeated-call breaker never trips), then a final answer. ``big`` maps a round to a
@@ -45,7 +51,7 @@ def scripted(
         if big and i in big:
             args["blob"] = big[i]
         turns.append({"tool_calls": [{"name": "echo", "args": args}], "latency_ms": latency_ms})
-    turns.append({"content": "done", "latency_ms": latency_ms})
+    turns.append({"content": content, "latency_ms": latency_ms})
     return {
         "owner": owner,
         "input": "benchmark",

@@ -69,7 +69,10 @@ class ConnectionSampler(threading.Thread):
         self.join()
 
 
-def measure(runs: int = 512, rounds: int = 3, latency_ms: int = 1000, concurrency: int = 512) -> InFlight:
+def measure(
+    runs: int = 512, rounds: int = 3, latency_ms: int = 1000, concurrency: int = 512, content: str = "done"
+) -> InFlight:
+    """``content``: the last turn's answer (the scripted model streams it word by word)."""
     result = InFlight(runs=runs, rounds=rounds, latency_ms=latency_ms, concurrency=concurrency)
     sep = "&" if "?" in DB_URL else "?"
     env = {
@@ -81,7 +84,10 @@ def measure(runs: int = 512, rounds: int = 3, latency_ms: int = 1000, concurrenc
         worker = aidawork_worker(concurrency, env=env, stderr=log)
         try:
             db.wait_finished([db.submit(db.scripted(1, owner="bench-warm"))], stall_s=120)  # the worker is up
-            requests = [db.scripted(rounds, latency_ms=latency_ms, owner="bench-inflight", tag=j) for j in range(runs)]
+            requests = [
+                db.scripted(rounds, latency_ms=latency_ms, owner="bench-inflight", tag=j, content=content)
+                for j in range(runs)
+            ]
             sampler = ConnectionSampler()
             sampler.start()
             cpu_before = cpu_ms(worker.pid)

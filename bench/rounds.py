@@ -4,7 +4,8 @@
 1. a plain Celery hop and a hop with our delivery settings (bench/hop_app.py);
 2. per-round wall time of a 500-round scripted run (zero latency) at its start and end;
 3. the worker's CPU per round over that run;
-4. in-flight throughput of one worker with 512 threads and 1 s model turns (bench/inflight.py);
+4. in-flight throughput of one worker with 512 threads and 1 s model turns (bench/inflight.py),
+   and with a streamed answer, without and with a watcher attached (bench/streaming.py);
 5. bytes stored per round, events included, for a small and a 100 kB tool output;
 6. a 16 x 20 throughput figure and where a round's time goes, in process;
 7. 16 runs of one 1 s round on one `--concurrency 16` worker: the wall time of rounds that
@@ -26,7 +27,7 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench.env  # sets the environment before any project module reads it
-from bench import db, inflight
+from bench import db, inflight, streaming
 from bench.procs import HopWorkers, aidawork_worker, cpu_ms, stop
 
 LONG_ROUNDS = 500
@@ -273,6 +274,8 @@ def main() -> None:
         hops.stop()
     log("in-flight throughput: 512 runs x 3 rounds, 1 s model turns")
     flight = inflight.measure()
+    log("streaming: the in-flight figure with a streamed answer, without and with a watcher")
+    streamed = streaming.measure()
     log("step breakdown, in process")
     try:
         steps: dict[str, float] | str = step_breakdown()
@@ -289,6 +292,7 @@ def main() -> None:
     out += [*report_hops(hops), ""]
     out += [*report_rounds(figures, plain_ms, ours_ms), ""]
     out += [*inflight.report(flight), ""]
+    out += [*streaming.report(streamed), ""]
     out += [*report_bytes(figures), ""]
     out.append(
         f"Throughput, 16 runs x 20 rounds in parallel (zero latency, --concurrency {ROUND_WORKER_CONCURRENCY}): "

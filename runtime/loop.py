@@ -13,7 +13,7 @@ transaction.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 from uuid import UUID
@@ -81,6 +81,11 @@ class RoundHooks(Protocol):
 
     def model_response_reused(self, request_digest: str) -> None: ...
 
+    def model_delta_sink(self) -> Callable[[str], None] | None:
+        """Where the text of the model call about to start goes as it streams (asked once
+        per call), or None: the round wants the response only."""
+        ...
+
 
 class NoHooks:
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
@@ -96,6 +101,9 @@ class NoHooks:
         return None
 
     def model_response_reused(self, request_digest: str) -> None:
+        return None
+
+    def model_delta_sink(self) -> Callable[[str], None] | None:
         return None
 
 
@@ -156,6 +164,7 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
             messages_digest=messages_digest,
             round_index=state.boundary_seq,
             timeout_s=deps.policy.model_timeout_s,
+            on_delta=hooks.model_delta_sink(),
         )
         hooks.model_call_started(request, asked)
         try:

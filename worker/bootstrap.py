@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.client_context import ClientContext, ProcessContext, build_client_context, pool_size_for
+from worker.deltas import DeltaSink, publisher_for
 from worker.leases import LeaseKeeper
 from worker.settings import Settings
 
@@ -19,6 +20,9 @@ class WorkerContext(ClientContext):
     the process's entry in the workers registry."""
 
     leases: LeaseKeeper
+    # Where the rounds' model deltas go (Redis pub/sub); None: the broker is not Redis,
+    # and model calls do not stream.
+    deltas: DeltaSink | None = None
 
 
 _threads: int | None = None
@@ -36,7 +40,9 @@ def build_context(settings: Settings, threads: int | None = None) -> WorkerConte
     AIDAWORK_WORKER_CONCURRENCY when not given."""
     client = build_client_context(settings, threads)
     leases = LeaseKeeper(client.engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s)
-    return WorkerContext(**vars(client), leases=leases)
+    redis_broker = settings.broker_url.startswith(("redis:", "rediss:"))
+    deltas = publisher_for(settings.broker_url) if redis_broker else None
+    return WorkerContext(**vars(client), leases=leases, deltas=deltas)
 
 
 _worker_context = ProcessContext(lambda settings: build_context(settings, _threads))

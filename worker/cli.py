@@ -293,9 +293,26 @@ def format_event(event: RunEvent) -> str:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from worker import client
+    from worker.deltas import RunDelta
 
-    for event in client.events(args.run_id):
-        print(event.model_dump_json() if args.json else format_event(event), flush=True)
+    streaming = None  # the round whose streamed text is on the current line
+    for item in client.events(args.run_id, deltas=not args.no_deltas):
+        if isinstance(item, RunDelta):
+            if args.json:
+                print(json.dumps({"kind": item.kind, **item.sse_data()}), flush=True)
+                continue
+            if item.restarted or streaming != item.round:
+                if streaming is not None:
+                    print(flush=True)
+                prefix = f"  round {item.round} restarted after a crash: " if item.restarted else ""
+                print(prefix or f"  round {item.round} streams: ", end="", flush=True)
+                streaming = item.round
+            print(item.delta, end="", flush=True)
+            continue
+        if streaming is not None:  # the round's durable events end its streamed line
+            print(flush=True)
+            streaming = None
+        print(item.model_dump_json() if args.json else format_event(item), flush=True)
     return EXIT_OK
 
 
@@ -419,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("watch", help="print a run's events until it ends")
     p.add_argument("run_id", type=_run_id)
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--no-deltas", action="store_true", help="durable events only, not the model's text as it streams")
     p.set_defaults(fn=cmd_watch)
     p = sub.add_parser("deliver", help="deliver the files a suspended tool call asked for")
     p.add_argument("run_id", type=_run_id)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal, overload
 from uuid import UUID
 
 import structlog
@@ -35,6 +35,7 @@ from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
 from schema.wire.vocab import ToolAnswerKind
 from worker.app import send_or_defer
 from worker.client_context import ClientContext, get_client_context
+from worker.deltas import DeltaOrder, DeltaSubscription, RunDelta, ends_stream_of
 
 log = structlog.get_logger("aidawork.client")
 
@@ -238,19 +239,56 @@ def _tool_of(ctx: ClientContext, waiting: WaitingCall) -> Tool | None:
     return None if spec is None else client_tool(spec)
 
 
+@overload
+def events(
+    run_id: UUID,
+    *,
+    after_seq: int = ...,
+    poll_s: float = ...,
+    follow: bool = ...,
+    deltas: Literal[False] = ...,
+    ctx: ClientContext | None = ...,
+) -> Iterator[RunEvent]: ...
+
+
+@overload
+def events(
+    run_id: UUID,
+    *,
+    after_seq: int = ...,
+    poll_s: float = ...,
+    follow: bool = ...,
+    deltas: bool,
+    ctx: ClientContext | None = ...,
+) -> Iterator[RunEvent | RunDelta]: ...
+
+
 def events(
     run_id: UUID,
     *,
     after_seq: int = 0,
     poll_s: float = 0.2,
     follow: bool = True,
+    deltas: bool = False,
     ctx: ClientContext | None = None,
+) -> Iterator[RunEvent] | Iterator[RunEvent | RunDelta]:
+    """The run's events in order from ``after_seq``; with ``follow``, until the run ends.
+
+    With ``deltas``, also the model's text as it streams (``RunDelta``, live only: from
+    the moment of the call, never replayed), each before the durable events read after
+    it; a delta of a round whose ``model_responded`` was yielded already is dropped."""
+    context = ctx or get_client_context()
+    run_store.get_run_view(context.engine, run_id)  # RunNotFound early
+    if not deltas:
+        return _durable_events(context, run_id, after_seq, poll_s, follow)
+    return _events_with_deltas(context, run_id, after_seq, poll_s, follow)
+
+
+def _durable_events(
+    context: ClientContext, run_id: UUID, after_seq: int, poll_s: float, follow: bool
 ) -> Iterator[RunEvent]:
-    """The run's events in order from ``after_seq``; with ``follow``, until the run ends."""
-    engine = (ctx or get_client_context()).engine
-    run_store.get_run_view(engine, run_id)  # RunNotFound early
     while True:
-        batch = event_store.read_events(engine, run_id, after_seq=after_seq)
+        batch = event_store.read_events(context.engine, run_id, after_seq=after_seq)
         for event in batch:
             yield event
             after_seq = event.seq
@@ -260,6 +298,49 @@ def events(
             return
         if not batch:
             time.sleep(poll_s)
+
+
+def _events_with_deltas(
+    context: ClientContext, run_id: UUID, after_seq: int, poll_s: float, follow: bool
+) -> Iterator[RunEvent | RunDelta]:
+    url = context.settings.broker_url
+    live = DeltaSubscription(url, run_id) if url.startswith(("redis:", "rediss:")) else None
+    order = DeltaOrder()
+    streaming: int | None = None  # the round whose deltas are being yielded
+    held: list[RunDelta] = []
+    try:
+        wait_s = 0.0
+        while True:
+            deadline = time.monotonic() + wait_s
+            while live is not None and (delta := live.next(max(0.0, deadline - time.monotonic()))) is not None:
+                if delta.round != streaming:
+                    # A round starts streaming: the durable events committed before it
+                    # (the end of the previous round) are yielded first.
+                    streaming = delta.round
+                    held.append(delta)
+                    break
+                if order.keeps(delta):
+                    yield delta
+            if live is None:
+                time.sleep(wait_s)
+            batch = event_store.read_events(context.engine, run_id, after_seq=after_seq)
+            for event in batch:
+                if ends_stream_of(held, event.kind, event.data):
+                    yield from held
+                    held.clear()
+                yield event
+                order.responded(event.kind, event.data)
+                after_seq = event.seq
+                if event.kind in TERMINAL_EVENTS:
+                    return
+            yield from (delta for delta in held if order.keeps(delta))
+            if not follow and not batch and not held:
+                return
+            wait_s = 0.0 if batch or held else poll_s
+            held.clear()
+    finally:
+        if live is not None:
+            live.close()
 
 
 def wait(run_id: UUID, *, timeout_s: float = 60.0, poll_s: float = 0.1, ctx: ClientContext | None = None) -> RunView:

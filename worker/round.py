@@ -43,6 +43,7 @@ from schema.wire.vocab import ToolStatus
 from worker import failpoints
 from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
+from worker.deltas import FLUSH_S, MODEL_STREAM_RESTARTED, RunDelta
 from worker.logging import bind
 from worker.rebuild import rebuild_context
 
@@ -74,6 +75,10 @@ class LedgerHooks:
         self._ctx = ctx
         self._claim = claim
         self._call_id: int | None = None
+        # A claim that is not the round's first may follow a holder that streamed part of
+        # this round already; so may a second model call under this claim (a rebuild).
+        self._stream_restarts = claim.attempt > 1 or claim.claims > 1
+        self._streamed = False
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         c = self._claim
@@ -84,6 +89,8 @@ class LedgerHooks:
 
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
         assert self._call_id is not None
+        if self._streamed and self._ctx.deltas is not None:
+            self._ctx.deltas.flush(FLUSH_S)  # the deltas go out before the round's events
         self._ctx.store.record_model_call_finished(
             self._call_id,
             self._claim.run_id,
@@ -117,6 +124,25 @@ class LedgerHooks:
         # The round is where a call would have left it, response in hand: a round that
         # kills its worker from here on still does (and spends its attempts) when redone.
         failpoints.hit("after_model_call", owner=self._claim.owner)
+
+
+    def model_delta_sink(self) -> Callable[[str], None] | None:
+        c, publisher = self._claim, self._ctx.deltas
+        if publisher is None:
+            return None
+        started = False
+
+        def publish(text: str) -> None:
+            nonlocal started
+            if not started:
+                started = self._streamed = True
+                if self._stream_restarts:
+                    restart = RunDelta(c.boundary_seq, kind=MODEL_STREAM_RESTARTED, attempt=c.attempt)
+                    publisher.publish(c.run_id, restart)
+                self._stream_restarts = True
+            publisher.publish(c.run_id, RunDelta(c.boundary_seq, text, attempt=c.attempt))
+
+        return publish
 
 
 def _storable(response: ModelResponse | None) -> dict[str, Any] | None:

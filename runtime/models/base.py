@@ -8,6 +8,7 @@ retryable, ``ModelInputRejection`` means the context is too long).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +27,9 @@ class ModelRequest:
     # Which round of the run this call serves (0-based); the same on a re-executed round.
     round_index: int
     timeout_s: float = 120.0
+    # Where a streaming model hands each piece of its text as it arrives (live only, never
+    # stored; not part of any digest or proof). None: the caller wants the response only.
+    on_delta: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)

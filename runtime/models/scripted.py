@@ -3,11 +3,17 @@
 Turn ``i`` of the script answers round ``i`` of the run (``ModelRequest.round_index``),
 so a round that is re-executed after a crash gets the same answer. Tool call ids are
 ``call_<turn>_<index>``, so a re-executed round produces identical ids.
+
+Given ``ModelRequest.on_delta``, a turn streams its ``content`` word by word, spread over
+its ``latency_ms`` (a sleep before each word), before it returns the same response it
+returns unstreamed.
 """
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable
 
 from runtime.config import ScriptedModelConfig
 from runtime.errors import ModelInputRejection, ModelScriptExhausted
@@ -35,7 +41,9 @@ class ScriptedModel:
         if index >= len(self._turns):
             raise ModelScriptExhausted(f"the script has {len(self._turns)} turns and turn {index + 1} was requested")
         turn = self._turns[index]
-        if turn.latency_ms:
+        if request.on_delta is not None and turn.content:
+            stream(turn.content, turn.latency_ms / 1000, request.on_delta)
+        elif turn.latency_ms:
             time.sleep(turn.latency_ms / 1000)
         calls = tuple(
             ToolCall(id=f"call_{index}_{i}", name=c.name, args=dict(c.args))
@@ -46,3 +54,19 @@ class ScriptedModel:
             output_tokens=(len(turn.content or "") + 3) // 4 + 8 * len(calls),
         )
         return ModelResponse(content=turn.content, tool_calls=calls, usage=usage)
+
+
+_WORD_STARTS = re.compile(r"(?<=\s)(?=\S)")
+
+
+def chunks(text: str) -> list[str]:
+    """``text`` in words, each with the whitespace after it: joined, they are ``text``."""
+    return [piece for piece in _WORD_STARTS.split(text) if piece]
+
+
+def stream(text: str, latency_s: float, on_delta: Callable[[str], None]) -> None:
+    pieces = chunks(text)
+    for piece in pieces:
+        if latency_s:
+            time.sleep(latency_s / len(pieces))
+        on_delta(piece)

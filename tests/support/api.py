@@ -113,9 +113,12 @@ def sse(
     *,
     last_event_id: int | None = None,
     max_events: int | None = None,
+    deltas: bool = False,
 ) -> list[dict[str, Any]]:
     """Read the run's event stream: until the server ends it, or ``max_events`` (then
-    the connection is closed by the client). Each event is {id, event, data}."""
+    the connection is closed by the client). Each event is {id, event, data}; the live
+    deltas (no id) are left out unless ``deltas`` (then their id is None and they do not
+    count toward ``max_events``)."""
     if last_event_id is not None:
         headers = {**headers, "Last-Event-ID": str(last_event_id)}
     out: list[dict[str, Any]] = []
@@ -130,9 +133,12 @@ def sse(
                 continue  # a keepalive comment
             if line == "":
                 if fields:
-                    out.append({"id": int(fields["id"]), "event": fields["event"], "data": json.loads(fields["data"])})
+                    durable = "id" in fields
+                    if durable or deltas:
+                        seq = int(fields["id"]) if durable else None
+                        out.append({"id": seq, "event": fields["event"], "data": json.loads(fields["data"])})
                     fields = {}
-                    if max_events is not None and len(out) >= max_events:
+                    if max_events is not None and len([e for e in out if e["id"] is not None]) >= max_events:
                         break
                 continue
             name, _, value = line.partition(": ")

@@ -83,6 +83,7 @@ class RecordingHooks:
     started: list[tuple[ModelRequest, str]] = dataclasses.field(default_factory=list)
     finished: list[tuple[ModelResponse | None, ModelError | None]] = dataclasses.field(default_factory=list)
     reused: list[str] = dataclasses.field(default_factory=list)
+    deltas: list[str] | None = None  # a list: the model call streams into it
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         self.log.append("started")
@@ -95,6 +96,17 @@ class RecordingHooks:
     def model_response_reused(self, request_digest: str) -> None:
         self.log.append("reused")
         self.reused.append(request_digest)
+
+    def model_delta_sink(self) -> Callable[[str], None] | None:
+        if self.deltas is None:
+            return None
+        deltas = self.deltas
+
+        def sink(text: str) -> None:
+            self.log.append("delta")
+            deltas.append(text)
+
+        return sink
 
 
 class RecordingFactory:

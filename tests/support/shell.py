@@ -21,6 +21,7 @@ from tests.support.memory_store import InMemoryStore
 from tests.support.requests import scripted_request
 from worker.bootstrap import WorkerContext
 from worker.client_context import runtime_for
+from worker.deltas import RunDelta
 from worker.resume import execute_resume
 from worker.round import execute_round
 from worker.settings import Settings
@@ -131,6 +132,21 @@ class Shell:
         return done
 
 
+@dataclass
+class RecordingDeltas:
+    """A delta sink that keeps what the worker published, by run."""
+
+    published: list[tuple[UUID, RunDelta]] = field(default_factory=list)
+
+    flushes: int = 0
+
+    def publish(self, run_id: UUID, delta: RunDelta) -> None:
+        self.published.append((run_id, delta))
+
+    def flush(self, timeout_s: float) -> None:
+        self.flushes += 1
+
+
 def shell(**settings: Any) -> Shell:
     store, leases, dispatch = InMemoryStore(), FakeLeaseKeeper(), FakeDispatcher()
     config = Settings(dev=True, lease_s=30, **settings)
@@ -141,5 +157,6 @@ def shell(**settings: Any) -> Shell:
         runtime=runtime_for(config),
         dispatch=dispatch,  # type: ignore[arg-type]
         leases=leases,  # type: ignore[arg-type]
+        deltas=RecordingDeltas(),
     )
     return Shell(ctx, store, leases, dispatch)

@@ -21,6 +21,7 @@ from runtime.proofs import ROUND_PROOF_INVALID
 from schema.store.errors import FenceLost
 from schema.wire import RoundTask
 from tests.support.shell import Sent, Shell, shell
+from worker.deltas import RunDelta
 from worker.round import CONFIG_INVALID, ROUND_ATTEMPTS_EXHAUSTED, UNSTARTED_CLAIMS_FACTOR, RoundDisposition
 
 ADD = [{"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]}, {"content": "5"}]
@@ -306,3 +307,28 @@ def test_a_round_that_kills_its_holder_after_the_model_call_spends_its_attempts_
     assert (run.status, run.error_code) == ("failed", ROUND_ATTEMPTS_EXHAUSTED)
     assert "started executing 3 times" in (run.error_message or "")
     assert [(c["attempt"], c["claim_fence"]) for c in s.store.model_calls] == [(1, 1)]
+
+
+def test_a_round_publishes_its_deltas_and_a_redone_round_says_it_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = shell()
+    text = "five, as asked"
+    run_id = s.submit([{"content": text}])
+    model_raises(monkeypatch, RuntimeError("a bug after some text"))
+    with pytest.raises(RuntimeError):
+        execute(s, run_id, 0)  # the model raised before streaming: nothing published
+    monkeypatch.undo()
+    assert s.ctx.deltas.published == []  # type: ignore[union-attr]
+
+    assert execute(s, run_id, 0) is RoundDisposition.COMMITTED  # attempt 2
+    published = [d for r, d in s.ctx.deltas.published if r == run_id]  # type: ignore[union-attr]
+    assert published[0] == RunDelta(0, kind="model_stream_restarted", attempt=2)
+    assert [d.kind for d in published[1:]] == ["model_delta"] * 3
+    assert "".join(d.delta for d in published[1:]) == text and {d.attempt for d in published} == {2}
+
+
+def test_a_first_attempt_publishes_deltas_with_no_restart() -> None:
+    s = shell()
+    run_id = s.submit([{"content": "five"}])
+    assert execute(s, run_id, 0) is RoundDisposition.COMMITTED
+    assert s.ctx.deltas.published == [(run_id, RunDelta(0, "five", attempt=1))]  # type: ignore[union-attr]
+    assert s.ctx.deltas.flushes == 1  # type: ignore[union-attr]  # before the ledger write and the commit

@@ -50,6 +50,9 @@ class EffectHooks:
     def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
         self.finished.append((call.id, outcome.status))
 
+    def model_delta_sink(self) -> None:
+        return None
+
 
 @dataclasses.dataclass
 class Charges:

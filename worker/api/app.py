@@ -18,7 +18,9 @@
   event's seq, so a client that reconnects with ``Last-Event-ID`` gets exactly the
   events after it, in order. The stream ends after the run's terminal event. Streams
   are fed by one poller per process (``worker.api.streams``), at most
-  AIDAWORK_API_MAX_STREAMS_PER_TOKEN open per token (429 past it).
+  AIDAWORK_API_MAX_STREAMS_PER_TOKEN open per token (429 past it). Between them go the
+  live token deltas (``model_delta``, ``model_stream_restarted``) with no ``id``: they
+  come from Redis pub/sub (``worker.api.deltas``), are never stored, and are not replayed.
 - No redirects (a trailing slash is a 404, not a redirect built from ``Host``).
 """
 
@@ -84,6 +86,7 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         await state.hub.close()
+        await state.deltas.close()
 
     docs = settings.api_docs
     app = FastAPI(

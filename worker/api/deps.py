@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 
 from schema.store import owners as owner_store
 from worker.api.auth import Credentials, TokenTable, authenticate
+from worker.api.deltas import DeltaHub
 from worker.api.streams import EventHub, StreamSlots
 from worker.client_context import ClientContext
 from worker.settings import Settings
@@ -24,6 +25,7 @@ class ApiState:
     context: Callable[[], ClientContext]
     hub: EventHub = dataclass_field(init=False)
     slots: StreamSlots = dataclass_field(init=False)
+    deltas: DeltaHub = dataclass_field(init=False)
 
     def __post_init__(self) -> None:
         # The hub's reads go through the owner-scoped store query, in a worker thread.
@@ -32,6 +34,9 @@ class ApiState:
             poll_s=self.settings.api_events_poll_s,
         )
         self.slots = StreamSlots(self.settings.api_max_streams_per_token)
+        # Live deltas come through the broker's Redis (pub/sub), not PostgreSQL.
+        redis_broker = self.settings.broker_url.startswith(("redis:", "rediss:"))
+        self.deltas = DeltaHub(self.settings.broker_url if redis_broker else None)
 
 
 async def _state(request: Request) -> ApiState:

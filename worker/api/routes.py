@@ -4,6 +4,7 @@ what it was sent before it takes the context, so a refused request stores nothin
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Annotated, Any
 from uuid import UUID
@@ -182,7 +183,10 @@ def root_runs(
     summary="The run's events as server-sent events",
     response_class=StreamingResponse,
     responses={
-        200: {"content": {"text/event-stream": {}}, "description": "id: seq, event: kind, data: JSON"},
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "id: seq, event: kind, data: JSON; live model_delta / model_stream_restarted with no id",
+        },
         429: {"model": ErrorBody, "description": "this token has AIDAWORK_API_MAX_STREAMS_PER_TOKEN streams open"},
     },
 )
@@ -205,16 +209,27 @@ async def run_events(
             f"this token has {limit} event streams open, the most allowed (AIDAWORK_API_MAX_STREAMS_PER_TOKEN); "
             "close one first",
         )
+    deltas = None
     try:
         await run_in_threadpool(owner_store.check_run_owner, state.context().engine, run_id, owner)
-        sub = state.hub.subscribe(TailKey(run_id, owner, after_seq))
+        # Deltas first: a delta published while the first read is under way is kept.
+        wake = asyncio.Event()
+        deltas = await state.deltas.join(run_id, wake)
+        sub = state.hub.subscribe(TailKey(run_id, owner, after_seq), wake=wake)
     except BaseException:
         state.slots.release(digest)
+        state.deltas.leave(deltas)
         raise
+
+    def release() -> None:
+        state.slots.release(digest)
+        state.deltas.leave(deltas)
+
     return EventStreamResponse(
         state.hub,
         sub,
-        release=lambda: state.slots.release(digest),
+        release=release,
         keepalive_s=state.settings.api_keepalive_s,
         disconnected=request.is_disconnected,
+        deltas=deltas,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,9 @@ from starlette.types import Receive, Scope, Send
 
 from schema.store.owners import EventTail, TailKey
 from schema.wire import TERMINAL_EVENTS, RunEvent
+from worker.api.deltas import DeltaListener
 from worker.api.errors import ApiError
+from worker.deltas import DeltaOrder, RunDelta, ends_stream_of
 
 log = structlog.get_logger("aidawork.api")
 
@@ -56,6 +59,12 @@ def format_sse(event: RunEvent) -> str:
     return f"id: {event.seq}\nevent: {event.kind.value}\ndata: {event.model_dump_json()}\n\n"
 
 
+def format_delta_sse(delta: RunDelta) -> str:
+    """A live delta as an SSE message with no ``id``: it is not part of the durable
+    sequence, so a client's Last-Event-ID stays the last durable event it saw."""
+    return f"event: {delta.kind}\ndata: {json.dumps(delta.sse_data(), ensure_ascii=False)}\n\n"
+
+
 @dataclass(eq=False)
 class Subscription:
     """One open stream's place in the hub. ``page`` is what the poller handed over and
@@ -65,6 +74,10 @@ class Subscription:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     page: EventTail | None = None
     failed: bool = False
+    # Set with ``ready`` and by each live delta: what the stream waits on.
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    want_read: bool = False  # the stream asked for a read now (``EventHub.read_soon``)
+    fresh_read: bool = False  # ... and it has happened
 
     @property
     def waiting(self) -> bool:
@@ -78,6 +91,7 @@ class Subscription:
             if page.events:
                 self.key = self.key._replace(after_seq=page.events[-1].seq)
         self.ready.set()
+        self.wake.set()
 
 
 class EventHub:
@@ -91,17 +105,24 @@ class EventHub:
         self._polling = asyncio.Lock()  # one read at a time: a page is for the cursor it was read at
         self._task: asyncio.Task[None] | None = None
 
-    def subscribe(self, key: TailKey) -> Subscription:
-        """Start following ``key``; its first read happens at once."""
+    def subscribe(self, key: TailKey, wake: asyncio.Event | None = None) -> Subscription:
+        """Start following ``key``; its first read happens at once. ``wake``: the event
+        the stream waits on (shared with its live deltas)."""
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:
             # Bound to this loop (tests run one loop per request).
             self._wake, self._polling = asyncio.Event(), asyncio.Lock()
             self._task = loop.create_task(self._run(), name="aidawork-event-hub")
-        sub = Subscription(key)
+        sub = Subscription(key) if wake is None else Subscription(key, wake=wake)
         self._subscribers.add(sub)
         self._wake.set()
         return sub
+
+    def read_soon(self, sub: Subscription) -> None:
+        """Read for ``sub`` now rather than at the next tick; ``sub.fresh_read`` says when
+        that read has happened, whether or not it found events."""
+        sub.want_read = True
+        self._wake.set()
 
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)
@@ -134,6 +155,9 @@ class EventHub:
                 tail = tails.get(key, _GONE)
                 if tail.events or tail.ended:
                     sub.hand(tail)
+                if sub.want_read:
+                    sub.want_read, sub.fresh_read = False, True
+                    sub.wake.set()
 
     async def _read_tails(self, keys: list[TailKey]) -> Mapping[TailKey, EventTail] | None:
         """The tails of ``keys`` (read in a worker thread), or ``None`` when the read failed."""
@@ -164,28 +188,92 @@ class EventHub:
                 await self._task
 
 
+class DeltaGate:
+    """The order of a stream's live deltas against its durable events. A delta of a
+    round that has not streamed yet is held until the durable events committed before it
+    (the end of the previous round) have been read and sent: one extra read per round
+    that streams, asked for at once rather than at the next tick. A delta of a round whose
+    ``model_responded`` has been sent is dropped (``DeltaOrder``)."""
+
+    def __init__(self) -> None:
+        self.order = DeltaOrder()
+        self.streaming: int | None = None
+        self.held: list[RunDelta] = []
+
+    def admit(self, deltas: Sequence[RunDelta]) -> tuple[list[RunDelta], bool]:
+        """What to send now, and whether a read must come first for what is held now."""
+        now, asked = [], False
+        for delta in deltas:
+            if not self.held and delta.round != self.streaming:
+                self.streaming, asked = delta.round, True
+            if self.held or asked:
+                self.held.append(delta)
+            elif self.order.keeps(delta):
+                now.append(delta)
+        return now, asked
+
+    def release(self) -> list[RunDelta]:
+        out = [d for d in self.held if self.order.keeps(d)]
+        self.held = []
+        return out
+
+
+def page_text(page: EventTail, gate: DeltaGate) -> tuple[list[str], bool]:
+    """A page of durable events as SSE text (held deltas go out before their round's
+    response), and whether the stream ends with it."""
+    out = []
+    for event in page.events:
+        if ends_stream_of(gate.held, event.kind, event.data):
+            out += [format_delta_sse(delta) for delta in gate.release()]
+        out.append(format_sse(event))
+        gate.order.responded(event.kind, event.data)
+        if event.kind in TERMINAL_EVENTS:
+            return out, True
+    return out, page.ended and not page.events  # ended: its terminal event was at or before the cursor
+
+
 async def follow(
-    hub: EventHub, sub: Subscription, *, keepalive_s: float, disconnected: Callable[[], Awaitable[bool]] | None = None
+    hub: EventHub,
+    sub: Subscription,
+    *,
+    keepalive_s: float,
+    disconnected: Callable[[], Awaitable[bool]] | None = None,
+    deltas: DeltaListener | None = None,
 ) -> AsyncIterator[str]:
     """The SSE text of ``sub``'s run from its cursor until its terminal event, with a
     keepalive comment after ``keepalive_s`` without events. ``disconnected`` is asked at
-    each keepalive: Starlette watches for a disconnect itself only below ASGI spec 2.4."""
+    each keepalive: Starlette watches for a disconnect itself only below ASGI spec 2.4.
+
+    With ``deltas``, the live deltas are sent between the durable events in the order
+    ``DeltaGate`` keeps."""
+    gate = DeltaGate()
     while True:
-        with anyio.move_on_after(keepalive_s) as quiet:
+        with anyio.move_on_after(min(keepalive_s, 2 * hub.poll_s) if gate.held else keepalive_s) as quiet:
+            await sub.wake.wait()
+        sub.wake.clear()
+        now, asked = gate.admit(deltas.drain() if deltas is not None else ())
+        for delta in now:
+            yield format_delta_sse(delta)
+        if asked:
+            hub.read_soon(sub)
+        fresh, sub.fresh_read = sub.fresh_read, False
+        if sub.ready.is_set():
             page = await hub.take(sub)
-        if quiet.cancelled_caught:
+            if page is None:
+                return  # the read failed; the client reconnects with Last-Event-ID
+            text, ended = page_text(page, gate)
+            for message in text:
+                yield message
+            if ended:
+                return
+            fresh = True
+        if gate.held and (fresh or quiet.cancelled_caught):
+            for delta in gate.release():  # read since they came (or the read is late)
+                yield format_delta_sse(delta)
+        elif quiet.cancelled_caught:
             if disconnected is not None and await disconnected():
                 return
             yield KEEPALIVE
-            continue
-        if page is None:
-            return  # the read failed; the client reconnects with Last-Event-ID
-        for event in page.events:
-            yield format_sse(event)
-            if event.kind in TERMINAL_EVENTS:
-                return
-        if page.ended and not page.events:
-            return  # its terminal event was at or before the cursor
 
 
 class EventStreamResponse(StreamingResponse):
@@ -200,9 +288,10 @@ class EventStreamResponse(StreamingResponse):
         release: Callable[[], None],
         keepalive_s: float,
         disconnected: Callable[[], Awaitable[bool]] | None = None,
+        deltas: DeltaListener | None = None,
     ) -> None:
         self._hub, self._sub, self._release = hub, sub, release
-        stream = follow(hub, sub, keepalive_s=keepalive_s, disconnected=disconnected)
+        stream = follow(hub, sub, keepalive_s=keepalive_s, disconnected=disconnected, deltas=deltas)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         super().__init__(stream, media_type="text/event-stream", headers=headers)
 

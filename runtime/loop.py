@@ -25,6 +25,7 @@ from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelInputRejection
 from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.base import ModelRequest, ModelResponse
+from runtime.models.endings import complete_turn
 from runtime.outcomes import (
     Continue,
     Fail,
@@ -144,31 +145,23 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         new.append(user_message(state.input))
     messages_digest = new.digest
     asked = request_digest(deps, messages_digest)
-    recorded = state.recorded_response
-    if recorded is not None and recorded.request_digest == asked:
-        response = ModelResponse.from_json(recorded.response)
-        hooks.model_response_reused(asked)
-    else:
-        request = ModelRequest(
-            system=deps.system_prompt,
-            messages=state.history + new.context(),
-            tools=deps.tool_specs,
-            messages_digest=messages_digest,
-            round_index=state.boundary_seq,
-            timeout_s=deps.policy.model_timeout_s,
-        )
-        hooks.model_call_started(request, asked)
-        try:
-            response = deps.model.complete(request)
-        except ModelError as exc:
-            hooks.model_call_finished(None, exc)
-            if exc.retryable:
-                raise
-            outcome: RoundOutcome = Fail(exc.code, exc.message)
-            if isinstance(exc, ModelInputRejection):
-                outcome = RebuildRequired(exc.message)
-            return _result(deps, state, new, outcome, [], _digests(deps, messages_digest, None))
-        hooks.model_call_finished(response, None)
+    request = ModelRequest(
+        system=deps.system_prompt,
+        messages=state.history + new.context(),
+        tools=deps.tool_specs,
+        messages_digest=messages_digest,
+        round_index=state.boundary_seq,
+        timeout_s=deps.policy.model_timeout_s,
+    )
+    try:
+        response = complete_turn(request, deps.policy.on_truncation, LedgeredCalls(deps, state, hooks, asked))
+    except ModelError as exc:
+        if exc.retryable:
+            raise
+        outcome: RoundOutcome = Fail(exc.code, exc.message)
+        if isinstance(exc, ModelInputRejection):
+            outcome = RebuildRequired(exc.message)
+        return _result(deps, state, new, outcome, [], _digests(deps, messages_digest, None))
     response = with_unique_call_ids(response, state)
     try:
         bad = json_problem(response.to_json(), "response", max_depth=MAX_RESULT_DEPTH)
@@ -192,6 +185,36 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
             invocation = with_call_projection(deps, state, invocation, round_projection.proof)
         invocations.append((invocation, output))
     return close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
+
+
+class LedgeredCalls:
+    """The round's model calls, each recorded by the hooks (the ledger); the first may be
+    the response an earlier holder of this round was given for this very request."""
+
+    def __init__(self, deps: OrchestratorDeps, state: RunState, hooks: RoundHooks, asked: str) -> None:
+        self._deps = deps
+        self._hooks = hooks
+        self._asked = asked
+        recorded = state.recorded_response
+        self._reusable = (
+            ModelResponse.from_json(recorded.response)
+            if recorded is not None and recorded.request_digest == asked
+            else None
+        )
+
+    def __call__(self, request: ModelRequest) -> ModelResponse:
+        if self._reusable is not None:
+            response, self._reusable = self._reusable, None
+            self._hooks.model_response_reused(self._asked)
+            return response
+        self._hooks.model_call_started(request, request_digest(self._deps, request.messages_digest))
+        try:
+            response = self._deps.model.complete(request)
+        except ModelError as exc:
+            self._hooks.model_call_finished(None, exc)
+            raise
+        self._hooks.model_call_finished(response, None)
+        return response
 
 
 @dataclass(frozen=True)

@@ -112,20 +112,27 @@ def openai_reply(
     content: str | None = None,
     tool_calls: list[tuple[str, str, str]] = (),  # type: ignore[assignment]
     usage: tuple[int, int] = (11, 7),
+    *,
+    finish_reason: str | None = None,
+    refusal: str | None = None,
+    custom_calls: list[tuple[str, str, str]] = (),  # type: ignore[assignment]
 ) -> Reply:
-    """A Chat Completions response; tool calls as (id, name, arguments JSON string)."""
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
+    """A Chat Completions response; tool calls as (id, name, arguments JSON string),
+    custom tool calls as (id, name, input); ``finish_reason`` by default what the
+    message implies."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    if tool_calls or custom_calls:
         message["tool_calls"] = [
             {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in tool_calls
-        ]
+        ] + [{"id": i, "type": "custom", "custom": {"name": n, "input": a}} for i, n, a in custom_calls]
+    finish = finish_reason or ("tool_calls" if tool_calls or custom_calls else "stop")
     return Reply(
         200,
         {
             "id": "chatcmpl-1",
             "object": "chat.completion",
             "model": "fake",
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
         },
     )
@@ -146,10 +153,13 @@ def openai_error(
 
 def anthropic_reply(
     text: str | None = None,
-    tool_uses: list[tuple[str, str, dict[str, Any]]] = (),  # type: ignore[assignment]
+    tool_uses: list[tuple[str, str, Any]] = (),  # type: ignore[assignment]
     usage: dict[str, int] | None = None,
+    *,
+    stop_reason: str | None = None,
 ) -> Reply:
-    """A Messages response; tool uses as (id, name, input)."""
+    """A Messages response; tool uses as (id, name, input); ``stop_reason`` by default
+    what the content implies."""
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text is not None else []
     content += [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in tool_uses]
     return Reply(
@@ -160,7 +170,8 @@ def anthropic_reply(
             "role": "assistant",
             "model": "fake",
             "content": content,
-            "stop_reason": "tool_use" if tool_uses else "end_turn",
+            "stop_reason": stop_reason or ("tool_use" if tool_uses else "end_turn"),
+            "stop_sequence": None,
             "usage": usage or {"input_tokens": 13, "output_tokens": 5},
         },
     )

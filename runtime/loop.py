@@ -176,7 +176,8 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     new.append(response.as_message())
     events = [RoundEvent(EventKind.MODEL_RESPONDED, {"boundary_seq": state.boundary_seq, **response.to_json()})]
     if not response.tool_calls:
-        return _result(deps, state, new, Finish(output=response.content or ""), events, digests)
+        finished = _result(deps, state, new, Finish(output=response.content or ""), events, digests)
+        return replace(finished, finish_reason=response.finish_reason)
     round_projection = _issue_round(deps, state, digests)
     invocations = []
     for call in response.tool_calls:
@@ -184,7 +185,8 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         if invocation.status == ToolStatus.SUSPENDED:
             invocation = with_call_projection(deps, state, invocation, round_projection.proof)
         invocations.append((invocation, output))
-    return close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
+    closed = close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
+    return replace(closed, finish_reason=response.finish_reason)
 
 
 class LedgeredCalls:

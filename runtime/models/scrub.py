@@ -4,7 +4,7 @@ A provider's answer is untrusted text: a misconfigured or hostile endpoint can e
 ``Authorization`` header into an error's ``type``, a tool call's id, a tool name or the
 answer itself. Every configured key value is replaced by ``[redacted]`` in every string
 (object keys included) of a provider's reply as it enters the system, in
-``HttpModel.complete`` and ``JsonPoster``, before anything builds a message, a row, an
+``HttpModel.complete`` and ``runtime.models.transport`` (the SDK clients), before anything builds a message, a row, an
 event, a log line or an exception from it. Nothing downstream needs to scrub again.
 """
 

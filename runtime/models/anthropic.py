@@ -15,6 +15,8 @@ and output tokens.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
 import anthropic
@@ -26,6 +28,7 @@ from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.http import HttpModel, token_count, tool_result_text
 from runtime.models.keys import ModelKeys
 from runtime.models.provider_errors import ModelResponseInvalid, error_fields
+from runtime.models.scrub import ScrubbedDeltas, scrub
 from runtime.models.transport import DEFAULT_RETRY, ClientCache, HttpReply
 from schema.wire.retry import RetryPolicy
 
@@ -130,6 +133,53 @@ def parse_messages_response(body: Any) -> ModelResponse:
     )
 
 
+def assemble_message_events(events: Iterable[dict[str, Any]], deltas: ScrubbedDeltas) -> dict[str, Any]:
+    """Streamed Messages events (``message_start``, ``content_block_start`` /
+    ``content_block_delta`` / ``content_block_stop``, ``message_delta``,
+    ``message_stop``) as the one message the non-streaming call answers: text deltas
+    joined (and handed to ``deltas`` as they arrive), ``input_json_delta`` fragments
+    decoded into the tool_use input (left a string when cut off: the parser decides), the
+    stop reason and usage of ``message_delta``."""
+    message: dict[str, Any] = {}
+    blocks: dict[int, dict[str, Any]] = {}
+    inputs: dict[int, list[str]] = {}
+    for event in events:
+        kind = event.get("type")
+        index = event.get("index")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = dict(event["message"])
+        elif kind == "content_block_start" and isinstance(index, int) and isinstance(event.get("content_block"), dict):
+            blocks[index] = dict(event["content_block"])
+        elif kind == "content_block_delta" and isinstance(index, int) and isinstance(event.get("delta"), dict):
+            _add_delta(blocks.setdefault(index, {"type": "text", "text": ""}), inputs.setdefault(index, []),
+                       event["delta"], deltas)
+        elif kind == "message_delta":
+            if isinstance(event.get("delta"), dict) and event["delta"].get("stop_reason"):
+                message["stop_reason"] = event["delta"]["stop_reason"]
+            if isinstance(event.get("usage"), dict):
+                usage = dict(message.get("usage") or {})
+                usage.update({k: v for k, v in event["usage"].items() if v is not None})
+                message["usage"] = usage
+    deltas.flush()
+    for index, parts in inputs.items():
+        if parts and index in blocks:
+            raw = "".join(parts)
+            try:
+                blocks[index]["input"] = json.loads(raw)
+            except ValueError:
+                blocks[index]["input"] = raw  # cut off: not an object (truncated under max_tokens)
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return message
+
+
+def _add_delta(block: dict[str, Any], inputs: list[str], delta: dict[str, Any], deltas: ScrubbedDeltas) -> None:
+    if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+        block["text"] = block.get("text", "") + delta["text"]
+        deltas.push(delta["text"])
+    elif delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+        inputs.append(delta["partial_json"])
+
+
 def is_context_overflow(reply: HttpReply) -> bool:
     if reply.status == 413:  # request_too_large: the body is over the API's size limit
         return True
@@ -161,6 +211,13 @@ class AnthropicModel(HttpModel):
         return client.messages.with_raw_response.create(
             **typed, extra_body=extra or None, timeout=timeout_s
         ).http_response
+
+    def stream(self, client: Any, body: dict[str, Any], timeout_s: float, deltas: ScrubbedDeltas) -> dict[str, Any]:
+        typed = {k: v for k, v in body.items() if k not in SAMPLING}
+        extra = {k: v for k, v in body.items() if k in SAMPLING}
+        events = client.messages.create(**typed, stream=True, extra_body=extra or None, timeout=timeout_s)
+        with events:
+            return assemble_message_events((scrub(e.to_dict(), self._secrets) for e in events), deltas)
 
     def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
         return parse_messages_response(body)

@@ -19,7 +19,7 @@ from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.models.keys import ModelKeyMissing, ResolvedKey
 from runtime.models.provider_errors import ModelResponseInvalid, typed_error
-from runtime.models.scrub import scrub, scrub_text
+from runtime.models.scrub import ScrubbedDeltas, scrub, scrub_text
 from runtime.models.transport import ClientCache, HttpReply, StatusError, call_within_budget, reply_of
 
 
@@ -70,6 +70,12 @@ class HttpModel:
         """The SDK call; returns the raw HTTP response (``with_raw_response``)."""
         raise NotImplementedError
 
+    def stream(self, client: Any, body: dict[str, Any], timeout_s: float, deltas: ScrubbedDeltas) -> dict[str, Any]:
+        """The SDK's streaming call: hands each text delta to ``deltas`` and returns the
+        events assembled into the body the non-streaming call would have answered, each
+        event scrubbed as it arrives."""
+        raise NotImplementedError
+
     def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError
 
@@ -81,14 +87,25 @@ class HttpModel:
             raise ModelKeyMissing(f"{self.provider}: {self._key.missing}")
         client = self._clients.get(self.sdk_base_url(), self.headers(self._key.header_value()))
         body = self.request_body(request)
+        on_delta = request.on_delta
         try:
-            raw = call_within_budget(
-                self.provider,
-                request.timeout_s,
-                self._clients.retry,
-                self._secrets,
-                lambda: self.send(client, body, request.timeout_s),
-            )
+            if on_delta is None:
+                raw = call_within_budget(
+                    self.provider,
+                    request.timeout_s,
+                    self._clients.retry,
+                    self._secrets,
+                    lambda: self.send(client, body, request.timeout_s),
+                )
+            else:
+                deltas = ScrubbedDeltas(on_delta, self._secrets)
+                answer = call_within_budget(
+                    self.provider,
+                    request.timeout_s,
+                    self._clients.retry,
+                    self._secrets,
+                    lambda: self.stream(client, body, request.timeout_s, deltas),
+                )
         except StatusError as exc:
             reply = exc.reply
             raise typed_error(
@@ -98,11 +115,13 @@ class HttpModel:
                 key_ref=self._config.api_key_ref,
                 overflow=self.is_context_overflow(reply),
             ) from None
-        reply = reply_of(raw, self._secrets)
-        if reply.body is None:
-            raise ModelResponseInvalid(f"{self._label} answered HTTP {reply.status} with a body that is not JSON")
+        if on_delta is None:
+            reply = reply_of(raw, self._secrets)
+            if reply.body is None:
+                raise ModelResponseInvalid(f"{self._label} answered HTTP {reply.status} with a body that is not JSON")
+            answer = reply.body
         try:
-            response = self.parse(reply.body, request)
+            response = self.parse(answer, request)
         except ModelResponseInvalid as exc:  # it may quote decoded arguments
             raise type(exc)(scrub_text(exc.message, self._secrets)) from None
         return scrub_response(response, self._secrets)

@@ -16,6 +16,7 @@ A server that omits tool call ids (some local servers) gets ``call_<round>_<inde
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import openai
@@ -27,6 +28,7 @@ from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.http import HttpModel, token_count, tool_result_text
 from runtime.models.keys import ModelKeys
 from runtime.models.provider_errors import ModelResponseInvalid, error_fields
+from runtime.models.scrub import ScrubbedDeltas, scrub
 from runtime.models.transport import DEFAULT_RETRY, ClientCache, HttpReply
 from schema.wire.retry import RetryPolicy
 
@@ -174,6 +176,62 @@ def parse_chat_response(body: Any, round_index: int) -> ModelResponse:
     )
 
 
+def assemble_chat_chunks(chunks: Iterable[dict[str, Any]], deltas: ScrubbedDeltas) -> dict[str, Any]:
+    """Streamed ``chat.completion.chunk``s (``data: {...}`` lines up to ``data: [DONE]``)
+    as the one response the non-streaming call answers: the first choice's content and
+    refusal deltas joined (content handed to ``deltas`` as it arrives), tool calls
+    assembled by their ``index`` (id, name and argument fragments), the finish reason,
+    and the usage of the last chunk (``stream_options.include_usage``)."""
+    content: list[str] = []
+    refusal: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish: Any = None
+    usage: Any = None
+    for chunk in chunks:
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            raw = choice.get("delta")
+            delta: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            if isinstance(delta.get("content"), str):
+                content.append(delta["content"])
+                deltas.push(delta["content"])
+            if isinstance(delta.get("refusal"), str):
+                refusal.append(delta["refusal"])
+            for piece in delta.get("tool_calls") or ():
+                if isinstance(piece, dict):
+                    _add_call_piece(calls, piece)
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    deltas.flush()
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content else None}
+    if refusal:
+        message["refusal"] = "".join(refusal)
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage or {}}
+
+
+def _add_call_piece(calls: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:
+    index = piece.get("index", len(calls))
+    slot = calls.setdefault(index if isinstance(index, int) else len(calls),
+                            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+    if isinstance(piece.get("id"), str) and piece["id"]:
+        slot["id"] = piece["id"]
+    if isinstance(piece.get("type"), str):
+        slot["type"] = piece["type"]
+    if isinstance(piece.get("custom"), dict):
+        slot["custom"] = piece["custom"]
+    raw = piece.get("function")
+    function: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if isinstance(function.get("name"), str):
+        slot["function"]["name"] += function["name"]
+    if isinstance(function.get("arguments"), str):
+        slot["function"]["arguments"] += function["arguments"]
+
+
 def is_context_overflow(reply: HttpReply) -> bool:
     if reply.status == 413:
         return True
@@ -199,6 +257,14 @@ class OpenAICompatModel(HttpModel):
         return client.chat.completions.with_raw_response.create(
             **body, extra_headers=no_key, timeout=timeout_s
         ).http_response
+
+    def stream(self, client: Any, body: dict[str, Any], timeout_s: float, deltas: ScrubbedDeltas) -> dict[str, Any]:
+        no_key = {"Authorization": openai.Omit()} if self._key.value is None else None
+        chunks = client.chat.completions.create(
+            **body, stream=True, stream_options={"include_usage": True}, extra_headers=no_key, timeout=timeout_s
+        )
+        with chunks:
+            return assemble_chat_chunks((scrub(c.to_dict(), self._secrets) for c in chunks), deltas)
 
     def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
         return parse_chat_response(body, request.round_index)

@@ -202,6 +202,8 @@ T = TypeVar("T")
 STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
 TIMEOUT_ERRORS = (openai.APITimeoutError, anthropic.APITimeoutError)
 CONNECTION_ERRORS = (openai.APIConnectionError, anthropic.APIConnectionError)
+# What a stream that breaks off after its status raises while it is read.
+STREAM_ERRORS = (openai.APIError, anthropic.APIError)
 
 
 class StatusError(Exception):
@@ -226,6 +228,8 @@ def call_within_budget(
         raise ModelUnavailable(scrub_text(str(exc), secrets)) from None
     except STATUS_ERRORS as exc:
         reply = reply_of(exc.response, secrets)
+        if reply.ok:  # an error event inside a 2xx stream (Anthropic ``event: error``, overloaded)
+            raise ModelUnavailable(f"{provider}: the stream ended with an error event") from None
         if reply.should_retry != "false" and is_retried_status(reply.status):
             raise ModelUnavailable(
                 f"{provider}: unavailable after {retry.max_attempts} attempts: {describe_error(reply)}"
@@ -240,6 +244,10 @@ def call_within_budget(
         cause = exc.__cause__
         detail = f"{type(cause).__name__}: {scrub_text(str(cause), secrets)}" if cause else type(exc).__name__
         raise ModelUnavailable(f"{provider}: connection failed after {retry.max_attempts} attempts: {detail}") from None
+    except (httpx2.TimeoutException, httpx2.TransportError, *STREAM_ERRORS) as exc:  # mid-stream
+        raise ModelUnavailable(
+            f"{provider}: the stream broke off: {type(exc).__name__}: {scrub_text(str(exc), secrets)[:200]}"
+        ) from None
     finally:
         _budget.reset(token)
 

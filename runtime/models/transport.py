@@ -140,15 +140,15 @@ class _Budgeted:
         time.sleep(delay)
 
 
-class _OpenAI(_Budgeted, openai.OpenAI):
+class OpenAI(_Budgeted, openai.OpenAI):  # named as the SDK's: its name is in the User-Agent
     pass
 
 
-class _Anthropic(_Budgeted, anthropic.Anthropic):
+class Anthropic(_Budgeted, anthropic.Anthropic):
     pass
 
 
-SDK_CLASSES: Mapping[str, type[Any]] = {"openai": _OpenAI, "anthropic": _Anthropic}
+SDK_CLASSES: Mapping[str, type[Any]] = {"openai": OpenAI, "anthropic": Anthropic}
 
 
 class ClientCache:
@@ -189,6 +189,13 @@ class ClientCache:
             http_client=http,
         )
         client._aidawork_provider = self.provider
+        # What the SDKs take from the environment besides credentials (which an explicit
+        # key already shuts out): OpenAI's OPENAI_ORG_ID / OPENAI_PROJECT_ID, Anthropic's
+        # ANTHROPIC_CUSTOM_HEADERS. A deployment's headers are ours alone.
+        if isinstance(client, openai.OpenAI):
+            client.organization = None
+            client.project = None
+        client._custom_headers = dict(headers)
         return client
 
     def close(self) -> None:

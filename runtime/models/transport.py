@@ -38,7 +38,6 @@ from runtime.models.scrub import scrub, scrub_text
 from schema.wire.retry import RetryPolicy, backoff_s
 
 DEFAULT_RETRY = RetryPolicy()
-RETRIED_STATUSES = "408, 409, 429, 5xx"
 
 @dataclass(frozen=True)
 class _Budget:

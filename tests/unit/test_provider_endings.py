@@ -300,3 +300,12 @@ def test_anthropic_sampling_and_is_error_reach_the_wire_through_the_sdk(fake: Fa
     assert sent.body["temperature"] == 0.2
     [result] = sent.body["messages"][-1]["content"]
     assert result["type"] == "tool_result" and result["is_error"] is True
+
+
+def test_each_attempt_is_clamped_to_what_is_left_of_the_budget(fake: FakeProvider) -> None:
+    # Slow 500s: unclamped, every one of the 4 attempts would get the whole 0.8 s timeout.
+    slow = Reply(500, {"error": {"message": "slow", "type": "server_error"}}, delay_s=0.5)
+    fake.script(*[slow] * 4)
+    with pytest.raises(ModelUnavailable):
+        openai_client(f"{fake.url}/v1").complete(openai_request(timeout_s=0.8))
+    assert 1 <= len(fake.requests) < 4

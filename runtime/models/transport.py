@@ -126,9 +126,9 @@ class _Budgeted:
             delay > budget.retry.max_wait_s or time.monotonic() + delay >= budget.deadline
         ):
             raise DeadlineExceeded(
-                    f"{self._aidawork_provider}: {problem} after {retries_taken + 1} attempts; the next attempt "
-                    f"(in {delay:.3g}s) would exceed the call's timeout of {budget.timeout_s:g}s"
-                )
+                f"{self._aidawork_provider}: {problem} after {retries_taken + 1} attempts; the next attempt "
+                f"(in {delay:.3g}s) would exceed the call's timeout of {budget.timeout_s:g}s"
+            )
         structlog.get_logger("aidawork.models").warning(
             "model_call_retried",
             provider=self._aidawork_provider,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Union
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
 
 from runtime.tools.base import check_parameters_schema
 
@@ -32,6 +32,9 @@ class Policy(_Frozen):
     - ``max_tool_output_bytes``: a tool output longer than this (UTF-8 bytes of its JSON)
       is truncated in the model's context only; storage and events keep all of it.
     - ``context_summarizer``: how a context rebuild summarizes the older messages.
+    - ``on_truncation``: an answer cut off by the output token limit fails the run with
+      ``MODEL_OUTPUT_TRUNCATED`` (``"fail"``), or the model is asked to continue it, in
+      the same round, at most ``MAX_CONTINUATIONS`` times (``"continue"``).
     """
 
     max_rounds: int = Field(default=20, ge=1, le=10_000)
@@ -45,6 +48,7 @@ class Policy(_Frozen):
     model_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     # Tool names (or ``["*"]``) whose calls wait for a person's approval before they run.
     require_approval: list[str] = Field(default_factory=list, max_length=256)
+    on_truncation: Literal["fail", "continue"] = "fail"
 
 
 class ScriptedToolCall(_Frozen):
@@ -139,22 +143,54 @@ class _HttpModelConfig(_Frozen):
 
 class OpenAIModelConfig(_HttpModelConfig):
     """Any OpenAI-compatible Chat Completions API: OpenAI, vLLM, Ollama, LM Studio.
-    ``max_tokens`` and ``temperature`` are sent only when set."""
+
+    The output limit is sent as ``max_completion_tokens`` (what o-series and newer models
+    require; ``max_tokens`` is deprecated there). ``max_tokens`` is still accepted as the
+    same limit; it is sent under its own name only with ``legacy_max_tokens: true``, for
+    an OpenAI-compatible server that knows no ``max_completion_tokens``. Set one of the
+    two. ``temperature`` is sent only when set."""
 
     provider: Literal["openai"]
     base_url: str = Field(default="https://api.openai.com/v1", max_length=2048)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    legacy_max_tokens: bool = False
     temperature: float | None = Field(default=None, ge=0, le=2)
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> OpenAIModelConfig:
+        if self.max_tokens is not None and self.max_completion_tokens is not None:
+            raise ValueError("max_tokens: set max_completion_tokens or max_tokens, not both")
+        return self
+
+    def output_limit(self) -> tuple[str, int] | None:
+        """The output limit's parameter name and value, or None to send none."""
+        limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        if limit is None:
+            return None
+        return ("max_tokens" if self.legacy_max_tokens else "max_completion_tokens", limit)
 
 
 class AnthropicModelConfig(_HttpModelConfig):
     """The Anthropic Messages API. ``max_tokens`` is required by the API, so it has a
-    default that every current model accepts."""
+    default that every current model accepts.
+
+    Sampling, refused here when the API would refuse it (a conservative rule): a
+    ``temperature`` within 0-1 only, and never together with ``top_p`` (newer models
+    refuse both at once; set one)."""
 
     provider: Literal["anthropic"]
     base_url: str = Field(default="https://api.anthropic.com", max_length=2048)
     max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
+    top_p: float | None = Field(default=None, ge=0, le=1)
     temperature: float | None = Field(default=None, ge=0, le=1)
+
+    @field_validator("temperature")
+    @classmethod
+    def _not_with_top_p(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and info.data.get("top_p") is not None:
+            raise ValueError("set temperature or top_p, not both: Anthropic's newer models refuse the two together")
+        return value
 
 
 ModelConfig = Annotated[ScriptedModelConfig | OpenAIModelConfig | AnthropicModelConfig, Field(discriminator="provider")]

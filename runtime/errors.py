@@ -10,9 +10,13 @@ from schema.wire.errors import AidaworkError
 
 __all__ = [
     "AidaworkError",
+    "ModelContentFiltered",
     "ModelError",
     "ModelInputRejection",
+    "ModelOutputTruncated",
+    "ModelRefused",
     "ModelScriptExhausted",
+    "ModelToolCallUnsupported",
     "ModelUnavailable",
     "RequestInvalid",
     "ToolFailed",
@@ -56,6 +60,31 @@ class ModelInputRejection(ModelError):
     """The provider refused the input because it exceeds the context window."""
 
     code = "MODEL_INPUT_REJECTED"
+
+
+class ModelOutputTruncated(ModelError):
+    """The answer was cut off by the output token limit (``length`` / ``max_tokens``),
+    or a tool call was cut off mid-arguments."""
+
+    code = "MODEL_OUTPUT_TRUNCATED"
+
+
+class ModelRefused(ModelError):
+    """The model refused to answer (OpenAI ``message.refusal``, Anthropic ``refusal``)."""
+
+    code = "MODEL_REFUSED"
+
+
+class ModelContentFiltered(ModelError):
+    """The provider's content filter stopped the answer (OpenAI ``content_filter``)."""
+
+    code = "MODEL_CONTENT_FILTERED"
+
+
+class ModelToolCallUnsupported(ModelError):
+    """The model made a kind of tool call we do not run (OpenAI ``type: custom``)."""
+
+    code = "MODEL_TOOL_CALL_UNSUPPORTED"
 
 
 class ModelScriptExhausted(ModelError):

@@ -25,6 +25,7 @@ from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelInputRejection
 from runtime.messages import Message, ToolCall, tool_message, user_message
 from runtime.models.base import ModelRequest, ModelResponse
+from runtime.models.endings import complete_turn
 from runtime.outcomes import (
     Continue,
     Fail,
@@ -152,32 +153,24 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         new.append(user_message(state.input))
     messages_digest = new.digest
     asked = request_digest(deps, messages_digest)
-    recorded = state.recorded_response
-    if recorded is not None and recorded.request_digest == asked:
-        response = ModelResponse.from_json(recorded.response)
-        hooks.model_response_reused(asked)
-    else:
-        request = ModelRequest(
-            system=deps.system_prompt,
-            messages=state.history + new.context(),
-            tools=deps.tool_specs,
-            messages_digest=messages_digest,
-            round_index=state.boundary_seq,
-            timeout_s=deps.policy.model_timeout_s,
-            on_delta=hooks.model_delta_sink(),
-        )
-        hooks.model_call_started(request, asked)
-        try:
-            response = deps.model.complete(request)
-        except ModelError as exc:
-            hooks.model_call_finished(None, exc)
-            if exc.retryable:
-                raise
-            outcome: RoundOutcome = Fail(exc.code, exc.message)
-            if isinstance(exc, ModelInputRejection):
-                outcome = RebuildRequired(exc.message)
-            return _result(deps, state, new, outcome, [], _digests(deps, messages_digest, None))
-        hooks.model_call_finished(response, None)
+    request = ModelRequest(
+        system=deps.system_prompt,
+        messages=state.history + new.context(),
+        tools=deps.tool_specs,
+        messages_digest=messages_digest,
+        round_index=state.boundary_seq,
+        timeout_s=deps.policy.model_timeout_s,
+        on_delta=hooks.model_delta_sink(),
+    )
+    try:
+        response = complete_turn(request, deps.policy.on_truncation, LedgeredCalls(deps, state, hooks, asked))
+    except ModelError as exc:
+        if exc.retryable:
+            raise
+        outcome: RoundOutcome = Fail(exc.code, exc.message)
+        if isinstance(exc, ModelInputRejection):
+            outcome = RebuildRequired(exc.message)
+        return _result(deps, state, new, outcome, [], _digests(deps, messages_digest, None))
     response = with_unique_call_ids(response, state)
     try:
         bad = json_problem(response.to_json(), "response", max_depth=MAX_RESULT_DEPTH)
@@ -192,7 +185,8 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     new.append(response.as_message())
     events = [RoundEvent(EventKind.MODEL_RESPONDED, {"boundary_seq": state.boundary_seq, **response.to_json()})]
     if not response.tool_calls:
-        return _result(deps, state, new, Finish(output=response.content or ""), events, digests)
+        finished = _result(deps, state, new, Finish(output=response.content or ""), events, digests)
+        return replace(finished, finish_reason=response.finish_reason)
     round_projection = _issue_round(deps, state, digests)
     invocations = []
     for call in response.tool_calls:
@@ -200,7 +194,38 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         if invocation.status == ToolStatus.SUSPENDED:
             invocation = with_call_projection(deps, state, invocation, round_projection.proof)
         invocations.append((invocation, output))
-    return close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
+    closed = close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
+    return replace(closed, finish_reason=response.finish_reason)
+
+
+class LedgeredCalls:
+    """The round's model calls, each recorded by the hooks (the ledger); the first may be
+    the response an earlier holder of this round was given for this very request."""
+
+    def __init__(self, deps: OrchestratorDeps, state: RunState, hooks: RoundHooks, asked: str) -> None:
+        self._deps = deps
+        self._hooks = hooks
+        self._asked = asked
+        recorded = state.recorded_response
+        self._reusable = (
+            ModelResponse.from_json(recorded.response)
+            if recorded is not None and recorded.request_digest == asked
+            else None
+        )
+
+    def __call__(self, request: ModelRequest) -> ModelResponse:
+        if self._reusable is not None:
+            response, self._reusable = self._reusable, None
+            self._hooks.model_response_reused(self._asked)
+            return response
+        self._hooks.model_call_started(request, request_digest(self._deps, request.messages_digest))
+        try:
+            response = self._deps.model.complete(request)
+        except ModelError as exc:
+            self._hooks.model_call_finished(None, exc)
+            raise
+        self._hooks.model_call_finished(response, None)
+        return response
 
 
 @dataclass(frozen=True)

@@ -109,3 +109,5 @@ class RoundResult:
     tool_fingerprint: str | None = None
     repeat_count: int = 0
     resumed: bool = False
+    # How the model's answer ended, as the provider said it (``ModelResponse.finish_reason``).
+    finish_reason: str | None = None

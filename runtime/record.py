@@ -62,4 +62,5 @@ def round_record(claim: Claim, result: RoundResult) -> RoundRecord:
         messages=tuple(MessageRecord(m.position, m.message.to_json(), m.chain_digest) for m in result.new_messages),
         tools=tuple(tool_record(t) for t in result.tool_invocations),
         events=tuple(EventRecord(e.kind, e.data) for e in result.events),
+        finish_reason=result.finish_reason,
     )

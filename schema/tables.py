@@ -188,6 +188,8 @@ rounds = Table(
     Column("messages_digest", Text, nullable=False),
     Column("tools_digest", Text, nullable=False),
     Column("accepted_response_digest", Text),
+    # How the model's answer ended, the provider's word (stop, length, end_turn, ...).
+    Column("finish_reason", Text),
     # The repeated-call breaker's state after this round: the tool round's fingerprint
     # (NULL when the round does not count) and the consecutive identical rounds so far.
     Column("tool_fingerprint", Text),

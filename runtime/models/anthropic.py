@@ -1,5 +1,5 @@
 """The Anthropic Messages adapter: ``POST {base_url}/v1/messages`` with headers
-``x-api-key`` and ``anthropic-version``.
+``x-api-key`` and ``anthropic-version``, through the ``anthropic`` SDK.
 
 Mapping (request): the system prompt is the top-level ``system``; tool specs become
 ``tools: [{name, description, input_schema}]``; an assistant message becomes content
@@ -15,19 +15,27 @@ and output tokens.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
+import anthropic
+
 from runtime.config import AnthropicModelConfig
+from runtime.errors import ModelOutputTruncated, ModelRefused
 from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.http import HttpModel, token_count, tool_result_text
 from runtime.models.keys import ModelKeys
 from runtime.models.provider_errors import ModelResponseInvalid, error_fields
-from runtime.models.transport import DEFAULT_RETRY, HttpReply, JsonPoster, SharedClient
+from runtime.models.scrub import ScrubbedDeltas, scrub
+from runtime.models.transport import DEFAULT_RETRY, ClientCache, HttpReply
 from schema.wire.retry import RetryPolicy
 
 PROVIDER = "anthropic"
 ANTHROPIC_VERSION = "2023-06-01"
+# Sent only when configured, outside the SDK's typed params (see AnthropicModel.send).
+SAMPLING = frozenset({"temperature", "top_p"})
 OVERFLOW_PHRASES = ("prompt is too long", "exceed context limit", "context window")
 
 
@@ -77,6 +85,8 @@ def messages_request_body(config: AnthropicModelConfig, request: ModelRequest) -
         body["tools"] = to_anthropic_tools(request.tools)
     if config.temperature is not None:
         body["temperature"] = config.temperature
+    if config.top_p is not None:
+        body["top_p"] = config.top_p
     return body
 
 
@@ -84,6 +94,8 @@ def parse_messages_response(body: Any) -> ModelResponse:
     content = body.get("content") if isinstance(body, dict) else None
     if not isinstance(content, list):
         raise ModelResponseInvalid(f"{PROVIDER}: the response has no content list")
+    stop = body.get("stop_reason")
+    finish_reason = stop if isinstance(stop, str) and stop else None
     texts: list[str] = []
     calls: list[ToolCall] = []
     for i, block in enumerate(content):
@@ -94,6 +106,10 @@ def parse_messages_response(body: Any) -> ModelResponse:
             call_id, name, args = block.get("id"), block.get("name"), block.get("input")
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
                 raise ModelResponseInvalid(f"{PROVIDER}: tool_use block {i} has no id or name")
+            if not isinstance(args, dict) and finish_reason == "max_tokens":
+                raise ModelOutputTruncated(
+                    f"{PROVIDER}: tool_use block {call_id} ({name}) was cut off by the token limit (max_tokens)"
+                )
             if not isinstance(args, dict):
                 raise ModelResponseInvalid(
                     f"{PROVIDER}: tool_use block {call_id} ({name}) has an input that is not a JSON object"
@@ -104,11 +120,64 @@ def parse_messages_response(body: Any) -> ModelResponse:
     input_tokens = sum(
         token_count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
+    text = "".join(texts) if texts else None
+    if finish_reason == "model_context_window_exceeded":
+        raise ModelOutputTruncated(f"{PROVIDER}: the answer was cut off by the model's context window")
+    if finish_reason == "refusal":
+        raise ModelRefused(f"{PROVIDER}: the model refused" + (f": {text[:500]}" if text else ""))
     return ModelResponse(
-        content="".join(texts) if texts else None,
+        content=text,
         tool_calls=tuple(calls),
         usage=Usage(input_tokens=input_tokens, output_tokens=token_count(usage.get("output_tokens"))),
+        finish_reason=finish_reason,
     )
+
+
+def assemble_message_events(events: Iterable[dict[str, Any]], deltas: ScrubbedDeltas) -> dict[str, Any]:
+    """Streamed Messages events (``message_start``, ``content_block_start`` /
+    ``content_block_delta`` / ``content_block_stop``, ``message_delta``,
+    ``message_stop``) as the one message the non-streaming call answers: text deltas
+    joined (and handed to ``deltas`` as they arrive), ``input_json_delta`` fragments
+    decoded into the tool_use input (left a string when cut off: the parser decides), the
+    stop reason and usage of ``message_delta``."""
+    message: dict[str, Any] = {}
+    blocks: dict[int, dict[str, Any]] = {}
+    inputs: dict[int, list[str]] = {}
+    for event in events:
+        kind = event.get("type")
+        index = event.get("index")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = dict(event["message"])
+        elif kind == "content_block_start" and isinstance(index, int) and isinstance(event.get("content_block"), dict):
+            blocks[index] = dict(event["content_block"])
+        elif kind == "content_block_delta" and isinstance(index, int) and isinstance(event.get("delta"), dict):
+            _add_delta(blocks.setdefault(index, {"type": "text", "text": ""}), inputs.setdefault(index, []),
+                       event["delta"], deltas)
+        elif kind == "message_delta":
+            if isinstance(event.get("delta"), dict) and event["delta"].get("stop_reason"):
+                message["stop_reason"] = event["delta"]["stop_reason"]
+            if isinstance(event.get("usage"), dict):
+                usage = dict(message.get("usage") or {})
+                usage.update({k: v for k, v in event["usage"].items() if v is not None})
+                message["usage"] = usage
+    deltas.flush()
+    for index, parts in inputs.items():
+        if parts and index in blocks:
+            raw = "".join(parts)
+            try:
+                blocks[index]["input"] = json.loads(raw)
+            except ValueError:
+                blocks[index]["input"] = raw  # cut off: not an object (truncated under max_tokens)
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return message
+
+
+def _add_delta(block: dict[str, Any], inputs: list[str], delta: dict[str, Any], deltas: ScrubbedDeltas) -> None:
+    if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+        block["text"] = block.get("text", "") + delta["text"]
+        deltas.push(delta["text"])
+    elif delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+        inputs.append(delta["partial_json"])
 
 
 def is_context_overflow(reply: HttpReply) -> bool:
@@ -122,16 +191,33 @@ def is_context_overflow(reply: HttpReply) -> bool:
 
 class AnthropicModel(HttpModel):
     provider = PROVIDER
-    path = "/v1/messages"
 
-    def headers(self, token: str | None) -> dict[str, str]:
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
-        if token is not None:
-            headers["x-api-key"] = token
-        return headers
+    def headers(self, token: str | None) -> dict[str, Any]:
+        # The API version our mapping is written for, pinned (not the SDK's default).
+        return {
+            "anthropic-version": ANTHROPIC_VERSION,
+            "x-api-key": anthropic.Omit() if token is None else token,
+            "Authorization": anthropic.Omit(),
+        }
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         return messages_request_body(self._config, request)
+
+    def send(self, client: Any, body: dict[str, Any], timeout_s: float) -> Any:
+        # The SDK's typed params of this API version carry no sampling parameters (newer
+        # models refuse them); where the config sets one, it goes as an extra field.
+        typed = {k: v for k, v in body.items() if k not in SAMPLING}
+        extra = {k: v for k, v in body.items() if k in SAMPLING}
+        return client.messages.with_raw_response.create(
+            **typed, extra_body=extra or None, timeout=timeout_s
+        ).http_response
+
+    def stream(self, client: Any, body: dict[str, Any], timeout_s: float, deltas: ScrubbedDeltas) -> dict[str, Any]:
+        typed = {k: v for k, v in body.items() if k not in SAMPLING}
+        extra = {k: v for k, v in body.items() if k in SAMPLING}
+        events = client.messages.create(**typed, stream=True, extra_body=extra or None, timeout=timeout_s)
+        with events:
+            return assemble_message_events((scrub(e.to_dict(), self._secrets) for e in events), deltas)
 
     def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
         return parse_messages_response(body)
@@ -145,8 +231,7 @@ class AnthropicProvider:
 
     def __init__(self, keys: ModelKeys, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
         self._keys = keys
-        self._retry = retry
-        self._http = SharedClient()
+        self._clients = ClientCache(PROVIDER, retry)
         self._secrets = keys.values()
 
     def __repr__(self) -> str:
@@ -156,7 +241,7 @@ class AnthropicProvider:
         if not isinstance(config, AnthropicModelConfig):
             raise TypeError(f"AnthropicProvider needs an AnthropicModelConfig, not {type(config).__name__}")
         key = self._keys.resolve(PROVIDER, config.api_key_ref, config.base_url, owner)
-        return AnthropicModel(config, key, JsonPoster(PROVIDER, self._http, self._retry), self._secrets)
+        return AnthropicModel(config, key, self._clients, self._secrets)
 
     def close(self) -> None:
-        self._http.close()
+        self._clients.close()

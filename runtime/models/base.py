@@ -43,9 +43,16 @@ class ModelResponse:
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
+    # How the provider said the answer ended (its own word: ``stop``, ``length``,
+    # ``end_turn``, ``max_tokens``, ``pause_turn``...); None when it did not say (the
+    # scripted model). Part of ``to_json`` (and so of the digest) only when set.
+    finish_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"content": self.content, "tool_calls": [c.to_json() for c in self.tool_calls]}
+        body: dict[str, Any] = {"content": self.content, "tool_calls": [c.to_json() for c in self.tool_calls]}
+        if self.finish_reason is not None:
+            body["finish_reason"] = self.finish_reason
+        return body
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> ModelResponse:
@@ -54,6 +61,7 @@ class ModelResponse:
         return cls(
             content=body["content"],
             tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in body["tool_calls"]),
+            finish_reason=body.get("finish_reason"),
         )
 
     def digest(self) -> str:

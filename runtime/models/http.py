@@ -1,8 +1,8 @@
 """The adapter base the HTTP providers extend (``HttpModel``): the call, the key header,
 the typed errors and the scrubbing they share.
 
-Keys and the allowlist of base URLs are in ``runtime.models.keys``; the POST with its
-retries in ``runtime.models.transport``; the errors and how a provider's error reply is
+Keys and the allowlist of base URLs are in ``runtime.models.keys``; the SDK clients and
+their retries within the call's budget in ``runtime.models.transport``; the errors and how a provider's error reply is
 described in ``runtime.models.provider_errors``. The parsed response is scrubbed once more
 here (``scrub_response``): tool call arguments sent as a JSON string are decoded only by
 the adapter.
@@ -19,8 +19,8 @@ from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.models.keys import ModelKeyMissing, ResolvedKey
 from runtime.models.provider_errors import ModelResponseInvalid, typed_error
-from runtime.models.scrub import scrub, scrub_text
-from runtime.models.transport import HttpReply, JsonPoster
+from runtime.models.scrub import ScrubbedDeltas, scrub, scrub_text
+from runtime.models.transport import ClientCache, HttpReply, StatusError, call_within_budget, reply_of
 
 
 def scrub_response(response: ModelResponse, secrets: tuple[str, ...]) -> ModelResponse:
@@ -37,30 +37,43 @@ def scrub_response(response: ModelResponse, secrets: tuple[str, ...]) -> ModelRe
 
 
 class HttpModel:
-    """One run's client for an HTTP provider: the call, the key header, the typed errors
-    and the scrubbing, shared by the adapters. A subclass names its ``provider`` and
-    ``path`` and maps the request and the response. Holds no per-call state, so it is safe
-    from many threads. ``secrets`` are every key the deployment has, not only this run's:
-    a reply must not carry any of them."""
+    """One run's client for an HTTP provider: the call through the provider's SDK, the
+    key header, the typed errors and the scrubbing, shared by the adapters. A subclass
+    names its ``provider``, maps the request and the response, and makes the SDK call
+    (``send``). Holds no per-call state, so it is safe from many threads. ``secrets``
+    are every key the deployment has, not only this run's: a reply must not carry any
+    of them."""
 
     provider: ClassVar[str]
-    path: ClassVar[str]
 
-    def __init__(self, config: Any, key: ResolvedKey, poster: JsonPoster, secrets: tuple[str, ...]) -> None:
+    def __init__(self, config: Any, key: ResolvedKey, clients: ClientCache, secrets: tuple[str, ...]) -> None:
         self._config = config
         self._key = key
-        self._poster = poster
+        self._clients = clients
         self._secrets = secrets
-        self._url = config.base_url.rstrip("/") + self.path
         self._label = f"{self.provider} ({urlsplit(config.base_url).netloc})"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self._config.name!r}, base_url={self._config.base_url!r})"
 
-    def headers(self, token: str | None) -> dict[str, str]:
+    def headers(self, token: str | None) -> dict[str, Any]:
+        """The client's headers, the key's among them (``Omit()``: remove the SDK's)."""
         raise NotImplementedError
 
+    def sdk_base_url(self) -> str:
+        return str(self._config.base_url).rstrip("/")
+
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def send(self, client: Any, body: dict[str, Any], timeout_s: float) -> Any:
+        """The SDK call; returns the raw HTTP response (``with_raw_response``)."""
+        raise NotImplementedError
+
+    def stream(self, client: Any, body: dict[str, Any], timeout_s: float, deltas: ScrubbedDeltas) -> dict[str, Any]:
+        """The SDK's streaming call: hands each text delta to ``deltas`` and returns the
+        events assembled into the body the non-streaming call would have answered, each
+        event scrubbed as it arrives."""
         raise NotImplementedError
 
     def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
@@ -72,22 +85,45 @@ class HttpModel:
     def complete(self, request: ModelRequest) -> ModelResponse:
         if self._key.missing is not None:
             raise ModelKeyMissing(f"{self.provider}: {self._key.missing}")
-        headers = self.headers(self._key.header_value())
-        reply = self._poster.post(self._url, headers, self.request_body(request), request.timeout_s, self._secrets)
-        if not reply.ok:
+        client = self._clients.get(self.sdk_base_url(), self.headers(self._key.header_value()))
+        body = self.request_body(request)
+        on_delta = request.on_delta
+        try:
+            if on_delta is None:
+                raw = call_within_budget(
+                    self.provider,
+                    request.timeout_s,
+                    self._clients.retry,
+                    self._secrets,
+                    lambda: self.send(client, body, request.timeout_s),
+                )
+            else:
+                deltas = ScrubbedDeltas(on_delta, self._secrets)
+                answer = call_within_budget(
+                    self.provider,
+                    request.timeout_s,
+                    self._clients.retry,
+                    self._secrets,
+                    lambda: self.stream(client, body, request.timeout_s, deltas),
+                )
+        except StatusError as exc:
+            reply = exc.reply
             raise typed_error(
                 reply,
                 provider=self.provider,
                 label=self._label,
                 key_ref=self._config.api_key_ref,
                 overflow=self.is_context_overflow(reply),
-            )
-        if reply.body is None:
-            raise ModelResponseInvalid(f"{self._label} answered HTTP {reply.status} with a body that is not JSON")
+            ) from None
+        if on_delta is None:
+            reply = reply_of(raw, self._secrets)
+            if reply.body is None:
+                raise ModelResponseInvalid(f"{self._label} answered HTTP {reply.status} with a body that is not JSON")
+            answer = reply.body
         try:
-            response = self.parse(reply.body, request)
+            response = self.parse(answer, request)
         except ModelResponseInvalid as exc:  # it may quote decoded arguments
-            raise ModelResponseInvalid(scrub_text(exc.message, self._secrets)) from None
+            raise type(exc)(scrub_text(exc.message, self._secrets)) from None
         return scrub_response(response, self._secrets)
 
 

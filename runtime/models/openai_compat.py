@@ -16,15 +16,20 @@ A server that omits tool call ids (some local servers) gets ``call_<round>_<inde
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
+import openai
+
 from runtime.config import OpenAIModelConfig
+from runtime.errors import ModelContentFiltered, ModelOutputTruncated, ModelRefused, ModelToolCallUnsupported
 from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.http import HttpModel, token_count, tool_result_text
 from runtime.models.keys import ModelKeys
 from runtime.models.provider_errors import ModelResponseInvalid, error_fields
-from runtime.models.transport import DEFAULT_RETRY, HttpReply, JsonPoster, SharedClient
+from runtime.models.scrub import ScrubbedDeltas, scrub
+from runtime.models.transport import DEFAULT_RETRY, ClientCache, HttpReply
 from schema.wire.retry import RetryPolicy
 
 PROVIDER = "openai"
@@ -77,8 +82,9 @@ def chat_request_body(config: OpenAIModelConfig, request: ModelRequest) -> dict[
     body: dict[str, Any] = {"model": config.name, "messages": to_openai_messages(request.system, request.messages)}
     if request.tools:  # OpenAI refuses an empty tools list
         body["tools"] = to_openai_tools(request.tools)
-    if config.max_tokens is not None:
-        body["max_tokens"] = config.max_tokens
+    limit = config.output_limit()
+    if limit is not None:
+        body[limit[0]] = limit[1]
     if config.temperature is not None:
         body["temperature"] = config.temperature
     return body
@@ -120,21 +126,44 @@ def _text(content: Any) -> str | None:
 
 
 def parse_chat_response(body: Any, round_index: int) -> ModelResponse:
+    """The first choice as a response, its ending handled: a refusal, a content filter,
+    a custom tool call and a tool call cut off mid-arguments raise; ``length`` otherwise
+    is reported on ``finish_reason`` (``runtime.models.endings`` decides)."""
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ModelResponseInvalid(f"{PROVIDER}: the response has no choices")
     message = choices[0].get("message")
     if not isinstance(message, dict):
         raise ModelResponseInvalid(f"{PROVIDER}: the first choice has no message")
+    finish = choices[0].get("finish_reason")
+    finish_reason = finish if isinstance(finish, str) and finish else None
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        raise ModelRefused(f"{PROVIDER}: the model refused: {refusal[:500]}")
+    if finish_reason == "content_filter":
+        raise ModelContentFiltered(f"{PROVIDER}: the provider's content filter stopped the answer")
     calls = []
     for i, raw in enumerate(message.get("tool_calls") or ()):
+        if isinstance(raw, dict) and raw.get("type") not in (None, "function"):
+            name = raw.get("custom", {}).get("name") if isinstance(raw.get("custom"), dict) else None
+            raise ModelToolCallUnsupported(
+                f"{PROVIDER}: tool call {raw.get('id') or i} ({name or '?'}) is of type {str(raw.get('type'))[:40]!r}; "
+                "only function tool calls are supported"
+            )
         function = raw.get("function") if isinstance(raw, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
             raise ModelResponseInvalid(f"{PROVIDER}: tool call {i} has no function name")
         call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else f"call_{round_index}_{i}"
-        calls.append(
-            ToolCall(call_id, function["name"], parse_arguments(function.get("arguments"), call_id, function["name"]))
-        )
+        try:
+            args = parse_arguments(function.get("arguments"), call_id, function["name"])
+        except ModelResponseInvalid as exc:
+            if finish_reason == "length":
+                raise ModelOutputTruncated(
+                    f"{PROVIDER}: tool call {call_id} ({function['name']}) was cut off by the token limit "
+                    "mid-arguments (length)"
+                ) from None
+            raise exc
+        calls.append(ToolCall(call_id, function["name"], args))
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     return ModelResponse(
         content=_text(message.get("content")),
@@ -143,7 +172,64 @@ def parse_chat_response(body: Any, round_index: int) -> ModelResponse:
             input_tokens=token_count(usage.get("prompt_tokens")),
             output_tokens=token_count(usage.get("completion_tokens")),
         ),
+        finish_reason=finish_reason,
     )
+
+
+def assemble_chat_chunks(chunks: Iterable[dict[str, Any]], deltas: ScrubbedDeltas) -> dict[str, Any]:
+    """Streamed ``chat.completion.chunk``s (``data: {...}`` lines up to ``data: [DONE]``)
+    as the one response the non-streaming call answers: the first choice's content and
+    refusal deltas joined (content handed to ``deltas`` as it arrives), tool calls
+    assembled by their ``index`` (id, name and argument fragments), the finish reason,
+    and the usage of the last chunk (``stream_options.include_usage``)."""
+    content: list[str] = []
+    refusal: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish: Any = None
+    usage: Any = None
+    for chunk in chunks:
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            raw = choice.get("delta")
+            delta: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            if isinstance(delta.get("content"), str):
+                content.append(delta["content"])
+                deltas.push(delta["content"])
+            if isinstance(delta.get("refusal"), str):
+                refusal.append(delta["refusal"])
+            for piece in delta.get("tool_calls") or ():
+                if isinstance(piece, dict):
+                    _add_call_piece(calls, piece)
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    deltas.flush()
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content else None}
+    if refusal:
+        message["refusal"] = "".join(refusal)
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage or {}}
+
+
+def _add_call_piece(calls: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:
+    index = piece.get("index", len(calls))
+    slot = calls.setdefault(index if isinstance(index, int) else len(calls),
+                            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+    if isinstance(piece.get("id"), str) and piece["id"]:
+        slot["id"] = piece["id"]
+    if isinstance(piece.get("type"), str):
+        slot["type"] = piece["type"]
+    if isinstance(piece.get("custom"), dict):
+        slot["custom"] = piece["custom"]
+    raw = piece.get("function")
+    function: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if isinstance(function.get("name"), str):
+        slot["function"]["name"] += function["name"]
+    if isinstance(function.get("arguments"), str):
+        slot["function"]["arguments"] += function["arguments"]
 
 
 def is_context_overflow(reply: HttpReply) -> bool:
@@ -158,13 +244,27 @@ def is_context_overflow(reply: HttpReply) -> bool:
 
 class OpenAICompatModel(HttpModel):
     provider = PROVIDER
-    path = "/chat/completions"
 
-    def headers(self, token: str | None) -> dict[str, str]:
-        return {} if token is None else {"authorization": f"Bearer {token}"}
+    def headers(self, token: str | None) -> dict[str, Any]:
+        return {"Authorization": openai.Omit() if token is None else f"Bearer {token}"}
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         return chat_request_body(self._config, request)
+
+    def send(self, client: Any, body: dict[str, Any], timeout_s: float) -> Any:
+        # No key (a local server): the SDK wants the header omitted per call, in so many words.
+        no_key = {"Authorization": openai.Omit()} if self._key.value is None else None
+        return client.chat.completions.with_raw_response.create(
+            **body, extra_headers=no_key, timeout=timeout_s
+        ).http_response
+
+    def stream(self, client: Any, body: dict[str, Any], timeout_s: float, deltas: ScrubbedDeltas) -> dict[str, Any]:
+        no_key = {"Authorization": openai.Omit()} if self._key.value is None else None
+        chunks = client.chat.completions.create(
+            **body, stream=True, stream_options={"include_usage": True}, extra_headers=no_key, timeout=timeout_s
+        )
+        with chunks:
+            return assemble_chat_chunks((scrub(c.to_dict(), self._secrets) for c in chunks), deltas)
 
     def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
         return parse_chat_response(body, request.round_index)
@@ -180,8 +280,7 @@ class OpenAIProvider:
 
     def __init__(self, keys: ModelKeys, *, retry: RetryPolicy = DEFAULT_RETRY) -> None:
         self._keys = keys
-        self._retry = retry
-        self._http = SharedClient()
+        self._clients = ClientCache(PROVIDER, retry)
         self._secrets = keys.values()
 
     def __repr__(self) -> str:
@@ -191,7 +290,7 @@ class OpenAIProvider:
         if not isinstance(config, OpenAIModelConfig):
             raise TypeError(f"OpenAIProvider needs an OpenAIModelConfig, not {type(config).__name__}")
         key = self._keys.resolve(PROVIDER, config.api_key_ref, config.base_url, owner)
-        return OpenAICompatModel(config, key, JsonPoster(PROVIDER, self._http, self._retry), self._secrets)
+        return OpenAICompatModel(config, key, self._clients, self._secrets)
 
     def close(self) -> None:
-        self._http.close()
+        self._clients.close()

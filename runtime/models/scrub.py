@@ -4,13 +4,13 @@ A provider's answer is untrusted text: a misconfigured or hostile endpoint can e
 ``Authorization`` header into an error's ``type``, a tool call's id, a tool name or the
 answer itself. Every configured key value is replaced by ``[redacted]`` in every string
 (object keys included) of a provider's reply as it enters the system, in
-``HttpModel.complete`` and ``JsonPoster``, before anything builds a message, a row, an
+``HttpModel.complete`` and ``runtime.models.transport`` (the SDK clients), before anything builds a message, a row, an
 event, a log line or an exception from it. Nothing downstream needs to scrub again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 REDACTED = "[redacted]"
@@ -44,3 +44,29 @@ def scrub(value: Any, secrets: tuple[str, ...]) -> Any:
             parent[slot] = items
             stack.extend((items, i) for i in range(len(items)))
     return root[0]
+
+
+class ScrubbedDeltas:
+    """Hands streamed text on to ``sink`` scrubbed of every secret, even one split across
+    deltas: the last ``len(longest secret) - 1`` characters are held back until more text
+    (or the end) shows whether they begin a secret."""
+
+    def __init__(self, sink: Callable[[str], None], secrets: tuple[str, ...]) -> None:
+        self._sink = sink
+        self._secrets = secrets
+        self._hold = max((len(s) for s in secrets), default=1) - 1
+        self._pending = ""
+
+    def push(self, text: str) -> None:
+        if not text:
+            return
+        self._pending = scrub_text(self._pending + text, self._secrets)
+        cut = len(self._pending) - self._hold
+        if cut > 0:
+            out, self._pending = self._pending[:cut], self._pending[cut:]
+            self._sink(out)
+
+    def flush(self) -> None:
+        if self._pending:
+            out, self._pending = scrub_text(self._pending, self._secrets), ""
+            self._sink(out)

@@ -1,31 +1,35 @@
-"""The transport of the HTTP providers: one JSON POST with bounded retries, over one
-pooled ``httpx.Client`` per provider per process.
+"""The transport of the HTTP providers: the official SDKs (``openai``, ``anthropic``), one
+pooled client per (provider, base URL, key) per process, with what we add on top.
+
+Retries are the SDK's own (``_should_retry``): connection errors, timeouts, 408, 409,
+429 and 5xx, obeying ``x-should-retry: true|false`` and ``Retry-After`` /
+``retry-after-ms``. We add a budget: a call never runs past its ``timeout_s``, retries
+and their waits included. Each attempt's timeout is clamped to what is left of the
+budget, and a wait that would end past it is not waited: the call ends
+``ModelUnavailable`` (retryable: the Celery task tries the round again later). Without a
+``Retry-After`` the wait is ``schema.wire.retry.backoff_s``.
 
 A provider's reply enters the system here and only here, and is scrubbed as it enters
 (``runtime.models.scrub``): every configured key value is removed from the body and the
-error text before anything else reads them.
-
-Retries: connection errors, timeouts, 408, 429 and 5xx are retried with exponential
-backoff and jitter (``schema.wire.retry``), or after the server's ``Retry-After`` (seconds
-or an HTTP date), up to ``RetryPolicy.max_attempts`` and never past the call's
-``timeout_s``; then ``ModelUnavailable`` (retryable: the Celery task tries the round again
-later). Every other status is returned to the adapter, which knows its provider's error
-bodies. Redirects are never followed: a 3xx is a refusal like any other status.
+error text before anything else reads them; the SDK's own exception messages (which
+quote the body) are never used. Redirects are never followed (the allowlist is checked
+on the base URL, and a redirect would take the key somewhere else). Keys come only from
+our settings: the SDK's environment lookups are bypassed (``auth_headers`` is ours).
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, TypeVar
 
-import httpx
+import anthropic
+import httpx2
+import openai
 import structlog
 
 from runtime.errors import ModelUnavailable
@@ -34,141 +38,226 @@ from runtime.models.scrub import scrub, scrub_text
 from schema.wire.retry import RetryPolicy, backoff_s
 
 DEFAULT_RETRY = RetryPolicy()
-RETRYABLE_STATUSES = frozenset({408, 429})
+
+@dataclass(frozen=True)
+class _Budget:
+    """The call running on this thread: its deadline (``time.monotonic()``), its
+    timeout, the retry policy and the secrets to scrub from what the retry log says."""
+
+    deadline: float
+    timeout_s: float
+    retry: RetryPolicy
+    secrets: tuple[str, ...]
 
 
-def is_retryable_status(status: int) -> bool:
-    return status in RETRYABLE_STATUSES or 500 <= status <= 599
+_budget: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("aidawork_model_budget", default=None)
 
 
-def retry_after_s(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
-    """The wait a response asks for: ``retry-after-ms`` (OpenAI), then ``Retry-After``
-    as seconds or as an HTTP date. ``None`` when absent or unreadable."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            value = float(millis) / 1000
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value) and value >= 0:
-            return value
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    raw = raw.strip()
-    try:
-        seconds = float(raw)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(raw)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
-
-
-# --- one JSON POST -----------------------------------------------------------------------
+class DeadlineExceeded(Exception):
+    """The next retry would end past the call's budget (raised inside the SDK's loop)."""
 
 
 @dataclass(frozen=True)
 class HttpReply:
-    """A final (non-retried) response: its status, the JSON body if it had one, and the
-    body text (for error messages)."""
+    """A final (non-retried) error response: its status, the JSON body if it had one,
+    and the body text (for error messages), scrubbed."""
 
     status: int
     body: Any
     text: str
+    should_retry: str | None = None  # the server's x-should-retry header
 
     @property
     def ok(self) -> bool:
         return 200 <= self.status <= 299
 
 
-class SharedClient:
-    """One ``httpx.Client`` per provider per process, created on first use. httpx's client
-    is thread-safe and pools connections, so every run of the process shares it."""
-
-    def __init__(self, client: httpx.Client | None = None) -> None:
-        self._client = client
-        self._lock = threading.Lock()
-
-    def get(self) -> httpx.Client:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    # follow_redirects=False: the allowlist is checked on the base URL, and a
-                    # redirect would take the call (and its key) somewhere else.
-                    self._client = httpx.Client(
-                        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50), follow_redirects=False
-                    )
-        return self._client
-
-    def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-
-
-@dataclass(frozen=True)
-class JsonPoster:
-    """POSTs a JSON body with retries. ``provider`` labels messages and logs; ``secrets``
-    are scrubbed from the reply and from every text this produces. Never follows a
-    redirect (httpx's default, relied on here): a 3xx is returned as the final reply."""
-
-    provider: str
-    http: SharedClient
-    retry: RetryPolicy = DEFAULT_RETRY
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
-
-    def post(
-        self, url: str, headers: Mapping[str, str], body: Any, timeout_s: float, secrets: tuple[str, ...]
-    ) -> HttpReply:
-        content = json.dumps(body, ensure_ascii=False, allow_nan=False).encode()
-        all_headers = {"content-type": "application/json", "accept": "application/json", **headers}
-        deadline = self.clock() + timeout_s
-        attempt = 0
-        while True:
-            attempt += 1
-            remaining = deadline - self.clock()
-            if remaining <= 0:
-                raise ModelUnavailable(f"{self.provider}: no answer within the call's timeout of {timeout_s:g}s")
-            wait: float | None = None
-            try:
-                response = self.http.get().post(url, content=content, headers=all_headers, timeout=remaining)
-            except httpx.TimeoutException:
-                problem = f"timed out (the call's timeout is {timeout_s:g}s)"
-            except httpx.TransportError as exc:
-                problem = f"connection failed: {type(exc).__name__}: {scrub_text(str(exc), secrets)}"
-            else:
-                reply = _reply(response, secrets)
-                if not is_retryable_status(reply.status):
-                    return reply
-                problem = describe_error(reply)
-                wait = retry_after_s(response.headers)
-            if attempt >= self.retry.max_attempts:
-                raise ModelUnavailable(f"{self.provider}: unavailable after {attempt} attempts: {problem}")
-            delay = wait if wait is not None else backoff_s(attempt, self.retry)
-            if delay > self.retry.max_wait_s or self.clock() + delay >= deadline:
-                raise ModelUnavailable(
-                    f"{self.provider}: {problem}; the next attempt (in {delay:.3g}s) would exceed the call's "
-                    f"timeout of {timeout_s:g}s"
-                )
-            structlog.get_logger("aidawork.models").warning(
-                "model_call_retried", provider=self.provider, attempt=attempt, problem=problem, delay_s=round(delay, 3)
-            )
-            self.sleep(delay)
-
-
-def _reply(response: httpx.Response, secrets: tuple[str, ...]) -> HttpReply:
+def reply_of(response: Any, secrets: tuple[str, ...]) -> HttpReply:
     """The reply as it enters the system: scrubbed of every configured key, text and
     decoded body alike (a key written with JSON escapes reappears only once decoded)."""
-    text = scrub_text(response.text, secrets)
+    try:
+        raw = response.text
+    except Exception:  # a streamed body never read
+        raw = ""
+    text = scrub_text(raw, secrets)
     try:
         body = scrub(json.loads(text), secrets) if text else None
     except (ValueError, RecursionError):
         body = None
-    return HttpReply(response.status_code, body, text)
+    return HttpReply(response.status_code, body, text, response.headers.get("x-should-retry"))
+
+
+class _Budgeted:
+    """Mixed into the SDK clients: each attempt clamped to the call's budget, and our
+    wait between attempts."""
+
+    _aidawork_provider: str
+
+    def _send_request(self, request: Any, **kwargs: Any) -> Any:
+        budget = _budget.get()
+        if budget is not None:
+            remaining = budget.deadline - time.monotonic()
+            if remaining <= 0:
+                raise httpx2.TimeoutException("the call's time budget is spent", request=request)
+            timeout = request.extensions.get("timeout")
+            if isinstance(timeout, dict):
+                request.extensions["timeout"] = {
+                    k: remaining if v is None else min(v, remaining) for k, v in timeout.items()
+                }
+        return super()._send_request(request, **kwargs)  # type: ignore[misc]
+
+    def _calculate_retry_timeout(self, remaining_retries: int, options: Any, response_headers: Any = None) -> float:
+        budget = _budget.get()
+        computed: float = super()._calculate_retry_timeout(  # type: ignore[misc]
+            remaining_retries, options, response_headers
+        )
+        if budget is None or self._parse_retry_after_header(response_headers) is not None:  # type: ignore[attr-defined]
+            return computed
+        attempt = options.get_max_retries(self.max_retries) - remaining_retries + 1  # type: ignore[attr-defined]
+        return backoff_s(attempt, budget.retry)
+
+    def _sleep_for_retry(self, *, retries_taken: int, max_retries: int, options: Any, response: Any) -> None:
+        remaining_retries = max_retries - retries_taken
+        delay = self._calculate_retry_timeout(remaining_retries, options, response.headers if response else None)
+        budget = _budget.get()
+        secrets = budget.secrets if budget is not None else ()
+        problem = describe_error(reply_of(response, secrets)) if response is not None else "no answer"
+        if budget is not None and (
+            delay > budget.retry.max_wait_s or time.monotonic() + delay >= budget.deadline
+        ):
+            raise DeadlineExceeded(
+                f"{self._aidawork_provider}: {problem} after {retries_taken + 1} attempts; the next attempt "
+                f"(in {delay:.3g}s) would exceed the call's timeout of {budget.timeout_s:g}s"
+            )
+        structlog.get_logger("aidawork.models").warning(
+            "model_call_retried",
+            provider=self._aidawork_provider,
+            attempt=retries_taken + 1,
+            problem=problem,
+            delay_s=round(delay, 3),
+        )
+        time.sleep(delay)
+
+
+class OpenAI(_Budgeted, openai.OpenAI):  # named as the SDK's: its name is in the User-Agent
+    pass
+
+
+class Anthropic(_Budgeted, anthropic.Anthropic):
+    pass
+
+
+SDK_CLASSES: Mapping[str, type[Any]] = {"openai": OpenAI, "anthropic": Anthropic}
+
+
+class ClientCache:
+    """One SDK client per (base URL, key headers) per process for one provider, created
+    on first use. The SDK clients are thread-safe and pool connections (one httpx client
+    each). The key headers are the client's default headers, never a call's options:
+    the SDKs log a call's options (headers included) at DEBUG."""
+
+    def __init__(self, provider: str, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+        self.provider = provider
+        self.retry = retry
+        self._clients: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, base_url: str, headers: Mapping[str, Any]) -> Any:
+        cache_key = (base_url, tuple(sorted((k, v if isinstance(v, str) else None) for k, v in headers.items())))
+        client = self._clients.get(cache_key)
+        if client is None:
+            with self._lock:
+                client = self._clients.get(cache_key)
+                if client is None:
+                    client = self._build(base_url, dict(headers))
+                    self._clients[cache_key] = client
+        return client
+
+    def _build(self, base_url: str, headers: dict[str, Any]) -> Any:
+        http = httpx2.Client(
+            limits=httpx2.Limits(max_connections=200, max_keepalive_connections=50), follow_redirects=False
+        )
+        cls = SDK_CLASSES[self.provider]
+        client = cls(
+            # Explicit, so the SDK reads no credential from the environment; never sent:
+            # the default headers override the auth header (``HttpModel.headers``).
+            api_key="unused-the-client-sends-its-own",
+            default_headers=headers,
+            base_url=base_url,
+            max_retries=max(0, self.retry.max_attempts - 1),
+            http_client=http,
+        )
+        client._aidawork_provider = self.provider
+        # What the SDKs take from the environment besides credentials (which an explicit
+        # key already shuts out): OpenAI's OPENAI_ORG_ID / OPENAI_PROJECT_ID, Anthropic's
+        # ANTHROPIC_CUSTOM_HEADERS. A deployment's headers are ours alone.
+        if isinstance(client, openai.OpenAI):
+            client.organization = None
+            client.project = None
+        client._custom_headers = dict(headers)
+        return client
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+
+T = TypeVar("T")
+STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
+TIMEOUT_ERRORS = (openai.APITimeoutError, anthropic.APITimeoutError)
+CONNECTION_ERRORS = (openai.APIConnectionError, anthropic.APIConnectionError)
+# What a stream that breaks off after its status raises while it is read.
+STREAM_ERRORS = (openai.APIError, anthropic.APIError)
+
+
+class StatusError(Exception):
+    """A final error status from the provider (after the SDK's retries), scrubbed."""
+
+    def __init__(self, reply: HttpReply) -> None:
+        super().__init__(f"HTTP {reply.status}")
+        self.reply = reply
+
+
+def call_within_budget(
+    provider: str, timeout_s: float, retry: RetryPolicy, secrets: tuple[str, ...], call: Callable[[], T]
+) -> T:
+    """Run one SDK call within ``timeout_s``, retries included. A final error status
+    is raised as ``StatusError`` (the adapter knows its provider's error bodies); a
+    retryable status the SDK gave up on, a timeout or a connection failure as
+    ``ModelUnavailable``."""
+    token = _budget.set(_Budget(time.monotonic() + timeout_s, timeout_s, retry, secrets))
+    try:
+        return call()
+    except DeadlineExceeded as exc:
+        raise ModelUnavailable(scrub_text(str(exc), secrets)) from None
+    except STATUS_ERRORS as exc:
+        reply = reply_of(exc.response, secrets)
+        if reply.ok:  # an error event inside a 2xx stream (Anthropic ``event: error``, overloaded)
+            raise ModelUnavailable(f"{provider}: the stream ended with an error event") from None
+        if reply.should_retry != "false" and is_retried_status(reply.status):
+            raise ModelUnavailable(
+                f"{provider}: unavailable after {retry.max_attempts} attempts: {describe_error(reply)}"
+            ) from None
+        raise StatusError(reply) from None
+    except TIMEOUT_ERRORS:
+        raise ModelUnavailable(
+            f"{provider}: no answer within the call's timeout of {timeout_s:g}s "
+            f"(after {retry.max_attempts} attempts at most)"
+        ) from None
+    except CONNECTION_ERRORS as exc:
+        cause = exc.__cause__
+        detail = f"{type(cause).__name__}: {scrub_text(str(cause), secrets)}" if cause else type(exc).__name__
+        raise ModelUnavailable(f"{provider}: connection failed after {retry.max_attempts} attempts: {detail}") from None
+    except (httpx2.TimeoutException, httpx2.TransportError, *STREAM_ERRORS) as exc:  # mid-stream
+        raise ModelUnavailable(
+            f"{provider}: the stream broke off: {type(exc).__name__}: {scrub_text(str(exc), secrets)[:200]}"
+        ) from None
+    finally:
+        _budget.reset(token)
+
+
+def is_retried_status(status: int) -> bool:
+    """The statuses the SDKs retry (without an ``x-should-retry`` saying otherwise)."""
+    return status in (408, 409, 429) or status >= 500

@@ -80,9 +80,10 @@ _STORED_TOOL_FIELDS = [f.name for f in _TOOL_FIELDS if f.name in tables.tool_inv
 COMMIT_ROUND_SQL = _commit_sql(
     round_row="""
   INSERT INTO rounds (run_id, boundary_seq, claim_fence, outcome, system_digest, messages_digest,
-                      tools_digest, accepted_response_digest, tool_fingerprint, repeat_count, proof)
+                      tools_digest, accepted_response_digest, tool_fingerprint, repeat_count, proof,
+                      finish_reason)
   SELECT id, :boundary_seq, :fence, :outcome, :system_digest, :messages_digest, :tools_digest,
-         :accepted_response_digest, :tool_fingerprint, :repeat_count, :proof FROM upd""",
+         :accepted_response_digest, :tool_fingerprint, :repeat_count, :proof, :finish_reason FROM upd""",
     tool_rows=f"""
   INSERT INTO tool_invocations (run_id, boundary_seq, claim_fence, {", ".join(_STORED_TOOL_FIELDS)})
   SELECT upd.id, :boundary_seq, :fence, {", ".join(f"t.{name}" for name in _STORED_TOOL_FIELDS)}
@@ -142,6 +143,7 @@ def commit_round_txn(conn: Connection, record: RoundRecord) -> UUID | None:
             "tool_fingerprint": record.tool_fingerprint,
             "repeat_count": record.repeat_count,
             "proof": record.proof,
+            "finish_reason": record.finish_reason,
             "messages": json.dumps([_message_row(m) for m in record.messages]),
             "tools": json.dumps([_tool_row(t) for t in record.tools]),
             "events": json.dumps([_event_row(e) for e in record.events]),

@@ -65,6 +65,7 @@ class RoundRecord:
     messages: tuple[MessageRecord, ...]
     tools: tuple[ToolInvocationRecord, ...]
     events: tuple[EventRecord, ...]
+    finish_reason: str | None = None  # how the model's answer ended (the provider's word)
 
     @property
     def terminal(self) -> bool:

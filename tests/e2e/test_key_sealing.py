@@ -50,7 +50,7 @@ ANTHROPIC_KEY = "sk-seal-anthropic-canary-2"
 TEAM_B_KEY = "sk-seal-team-b-canary-3"
 SHARED_KEY = "sk-seal-shared-canary-4"
 CANARIES = (OPENAI_KEY, ANTHROPIC_KEY, TEAM_B_KEY, SHARED_KEY)
-FLAKY_FAILURES = 4  # one whole call of JsonPoster's attempts: the round task is retried by Celery
+FLAKY_FAILURES = 4  # one whole call of the SDK's attempts: the round task is retried by Celery
 
 
 class Hostile:

@@ -18,7 +18,15 @@ import pytest
 from tests.support.cluster import Cluster, wait_ready
 from tests.support.db import all_rows_as_text, model_calls, rows
 from tests.support.env import BROKER_URL, WAIT_S
-from tests.support.providers import FakeProvider, Recorded, Reply, add_then_answer, openai_error
+from tests.support.providers import (
+    FakeProvider,
+    Recorded,
+    Reply,
+    add_then_answer,
+    anthropic_reply,
+    openai_error,
+    openai_reply,
+)
 from worker import client
 from worker.bootstrap import WorkerContext, build_context
 from worker.settings import Settings
@@ -31,9 +39,18 @@ CANARIES = (OPENAI_KEY, ANTHROPIC_KEY, NAMED_KEY, "canary-XYZ")
 
 def play(recorded: Recorded) -> Reply:
     """The model: add then answer; the model named ``echo-key`` instead refuses the request
-    quoting the key it was sent, like a careless proxy."""
-    if isinstance(recorded.body, dict) and recorded.body.get("model") == "echo-key":
+    quoting the key it was sent, like a careless proxy; ``pause-claude`` pauses its turn
+    once, then answers; ``cut-gpt`` runs out of output tokens."""
+    model = recorded.body.get("model") if isinstance(recorded.body, dict) else None
+    if model == "echo-key":
         return openai_error(400, f"unsupported header value {recorded.headers.get('authorization')}")
+    if model == "pause-claude":
+        last = recorded.body["messages"][-1]
+        if last["role"] == "assistant":  # the paused turn, sent back to be continued
+            return anthropic_reply(" and done.")
+        return anthropic_reply("Working", stop_reason="pause_turn")
+    if model == "cut-gpt":
+        return openai_reply("The answer is", finish_reason="length")
     return add_then_answer(recorded)
 
 
@@ -92,6 +109,8 @@ def test_tool_using_runs_complete_for_each_provider_and_no_key_is_logged_or_stor
         "anthropic": {"provider": "anthropic", "name": "fake-claude", "base_url": fake.url, "max_tokens": 512},
         "named": {"provider": "openai", "name": "fake-gpt-b", "base_url": f"{fake.url}/v1", "api_key_ref": "team-b"},
         "echo": {"provider": "openai", "name": "echo-key", "base_url": f"{fake.url}/v1"},
+        "pause": {"provider": "anthropic", "name": "pause-claude", "base_url": fake.url},
+        "cut": {"provider": "openai", "name": "cut-gpt", "base_url": f"{fake.url}/v1"},
     }
     runs = {label: client.submit(run_request(model), ctx=ctx).run_id for label, model in models.items()}
     views = {label: client.wait(run_id, ctx=ctx, timeout_s=WAIT_S) for label, run_id in runs.items()}
@@ -107,6 +126,24 @@ def test_tool_using_runs_complete_for_each_provider_and_no_key_is_logged_or_stor
         invocations = rows(ctx.engine, "SELECT tool_name, args, result FROM tool_invocations WHERE run_id = :id",
                            id=runs[label])
         assert invocations == [{"tool_name": "add", "args": {"a": 2, "b": 3}, "result": {"sum": 5}}]
+        # How each answer ended, stored with its round and shown in its model_responded event.
+        endings = ["tool_use", "end_turn"] if label == "anthropic" else ["tool_calls", "stop"]
+        stored = rows(ctx.engine, "SELECT finish_reason FROM rounds WHERE run_id = :id ORDER BY boundary_seq",
+                      id=runs[label])
+        assert [r["finish_reason"] for r in stored] == endings, label
+        events = rows(ctx.engine, "SELECT data FROM run_events WHERE run_id = :id AND kind = 'model_responded' "
+                      "ORDER BY seq", id=runs[label])
+        assert [e["data"]["finish_reason"] for e in events] == endings, label
+
+    # pause_turn: the turn went on in the same round, two model calls on the ledger.
+    paused = views["pause"]
+    assert (paused.status, paused.output, paused.rounds) == ("completed", "Working and done.", 1)
+    assert [c["status"] for c in model_calls(ctx.engine, runs["pause"])] == ["succeeded", "succeeded"]
+    assert len(rows(ctx.engine, "SELECT 1 AS x FROM rounds WHERE run_id = :id", id=runs["pause"])) == 1
+
+    # A truncated answer fails the run with its code, not completes with the partial text.
+    cut = views["cut"]
+    assert (cut.status, cut.error_code, cut.output) == ("failed", "MODEL_OUTPUT_TRUNCATED", None)
 
     # The keys were sent, each in its provider's header, to the loopback server.
     by_model: dict[str, set[str]] = {}
@@ -117,6 +154,8 @@ def test_tool_using_runs_complete_for_each_provider_and_no_key_is_logged_or_stor
         "fake-claude": {ANTHROPIC_KEY},
         "fake-gpt-b": {f"Bearer {NAMED_KEY}"},
         "echo-key": {f"Bearer {OPENAI_KEY}"},
+        "pause-claude": {ANTHROPIC_KEY},
+        "cut-gpt": {f"Bearer {OPENAI_KEY}"},
     }
     assert all(r.headers["anthropic-version"] for r in fake.requests if r.path == "/v1/messages")
 

@@ -346,6 +346,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
             }
             self.rounds[key] = {
                 "outcome": str(record.outcome),
+                "finish_reason": record.finish_reason,
                 "tool_fingerprint": record.tool_fingerprint,
                 "repeat_count": record.repeat_count,
                 "resume_fence": None,

@@ -24,6 +24,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     raw: bytes | None = None
+    content_type: str = "application/json"
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class FakeProvider:
                 payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", reply.content_type)
                     self.send_header("content-length", str(len(payload)))
                     for name, value in reply.headers.items():
                         self.send_header(name, value)
@@ -112,23 +113,107 @@ def openai_reply(
     content: str | None = None,
     tool_calls: list[tuple[str, str, str]] = (),  # type: ignore[assignment]
     usage: tuple[int, int] = (11, 7),
+    *,
+    finish_reason: str | None = None,
+    refusal: str | None = None,
+    custom_calls: list[tuple[str, str, str]] = (),  # type: ignore[assignment]
 ) -> Reply:
-    """A Chat Completions response; tool calls as (id, name, arguments JSON string)."""
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
+    """A Chat Completions response; tool calls as (id, name, arguments JSON string),
+    custom tool calls as (id, name, input); ``finish_reason`` by default what the
+    message implies."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    if tool_calls or custom_calls:
         message["tool_calls"] = [
             {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in tool_calls
-        ]
+        ] + [{"id": i, "type": "custom", "custom": {"name": n, "input": a}} for i, n, a in custom_calls]
+    finish = finish_reason or ("tool_calls" if tool_calls or custom_calls else "stop")
     return Reply(
         200,
         {
             "id": "chatcmpl-1",
             "object": "chat.completion",
             "model": "fake",
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
         },
     )
+
+
+def sse(events: list[tuple[str | None, Any]], done: bool = False) -> Reply:
+    """A 200 ``text/event-stream`` reply: each (event name or None, JSON data) as one SSE
+    event; ``done`` ends it with OpenAI's ``data: [DONE]``."""
+    out = []
+    for name, data in events:
+        head = f"event: {name}\n" if name else ""
+        out.append(f"{head}data: {json.dumps(data)}\n\n")
+    if done:
+        out.append("data: [DONE]\n\n")
+    return Reply(200, raw="".join(out).encode(), content_type="text/event-stream")
+
+
+def openai_stream(
+    pieces: list[str],
+    tool_calls: list[tuple[str, str, list[str]]] = (),  # type: ignore[assignment]
+    usage: tuple[int, int] = (11, 7),
+    *,
+    finish_reason: str | None = None,
+) -> Reply:
+    """A streamed Chat Completions response: a role chunk, one chunk per text piece, then
+    per tool call (id, name, argument fragments) a chunk with its id and name and one
+    per fragment, a chunk with the finish reason, and the usage chunk (no choices, as
+    with ``stream_options.include_usage``), ending ``data: [DONE]``."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "fake",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": p}) for p in pieces]
+    for i, (call_id, name, fragments) in enumerate(tool_calls):
+        chunks.append(chunk({"tool_calls": [{"index": i, "id": call_id, "type": "function",
+                                             "function": {"name": name, "arguments": ""}}]}))
+        chunks += [chunk({"tool_calls": [{"index": i, "function": {"arguments": f}}]}) for f in fragments]
+    chunks.append(chunk({}, finish_reason or ("tool_calls" if tool_calls else "stop")))
+    chunks.append({"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "fake", "choices": [],
+                   "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}})
+    return sse([(None, c) for c in chunks], done=True)
+
+
+def anthropic_stream(
+    pieces: list[str],
+    tool_uses: list[tuple[str, str, list[str]]] = (),  # type: ignore[assignment]
+    usage: tuple[int, int] = (13, 5),
+    *,
+    stop_reason: str | None = None,
+) -> Reply:
+    """A streamed Messages response: message_start, a text block (one text_delta per
+    piece), per tool use (id, name, input JSON fragments) a tool_use block with one
+    input_json_delta per fragment, message_delta (stop reason, output tokens),
+    message_stop."""
+    events: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": {
+        "id": "msg_s", "type": "message", "role": "assistant", "model": "fake", "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": usage[0], "output_tokens": 1}}})]
+    index = 0
+    if pieces:
+        events.append(("content_block_start", {"type": "content_block_start", "index": 0,
+                                               "content_block": {"type": "text", "text": ""}}))
+        events += [("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": p}}) for p in pieces]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        index = 1
+    for offset, (call_id, name, fragments) in enumerate(tool_uses):
+        i = index + offset
+        events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
+            "type": "tool_use", "id": call_id, "name": name, "input": {}}}))
+        events += [("content_block_delta", {"type": "content_block_delta", "index": i,
+                                             "delta": {"type": "input_json_delta", "partial_json": f}})
+                   for f in fragments]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(("message_delta", {"type": "message_delta", "delta": {
+        "stop_reason": stop_reason or ("tool_use" if tool_uses else "end_turn"), "stop_sequence": None},
+        "usage": {"output_tokens": usage[1]}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return sse(events)
 
 
 def openai_error(
@@ -146,10 +231,13 @@ def openai_error(
 
 def anthropic_reply(
     text: str | None = None,
-    tool_uses: list[tuple[str, str, dict[str, Any]]] = (),  # type: ignore[assignment]
+    tool_uses: list[tuple[str, str, Any]] = (),  # type: ignore[assignment]
     usage: dict[str, int] | None = None,
+    *,
+    stop_reason: str | None = None,
 ) -> Reply:
-    """A Messages response; tool uses as (id, name, input)."""
+    """A Messages response; tool uses as (id, name, input); ``stop_reason`` by default
+    what the content implies."""
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text is not None else []
     content += [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in tool_uses]
     return Reply(
@@ -160,7 +248,8 @@ def anthropic_reply(
             "role": "assistant",
             "model": "fake",
             "content": content,
-            "stop_reason": "tool_use" if tool_uses else "end_turn",
+            "stop_reason": stop_reason or ("tool_use" if tool_uses else "end_turn"),
+            "stop_sequence": None,
             "usage": usage or {"input_tokens": 13, "output_tokens": 5},
         },
     )

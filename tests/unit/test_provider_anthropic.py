@@ -161,6 +161,7 @@ def test_response_with_parallel_tool_use_maps_to_tool_calls_and_usage(fake: Fake
         content="Checking.",
         tool_calls=(ToolCall("toolu_1", "add", {"a": 2, "b": 3}), ToolCall("toolu_2", "echo", {"k": [1, None]})),
         usage=Usage(input_tokens=142, output_tokens=17),
+        finish_reason="tool_use",
     )
 
 

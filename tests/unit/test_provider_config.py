@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
 from typing import Any
 
 import pytest
@@ -19,7 +17,6 @@ from runtime.errors import RequestInvalid
 from runtime.models.anthropic import AnthropicModel
 from runtime.models.keys import ModelKeys, NamedKey
 from runtime.models.openai_compat import OpenAICompatModel
-from runtime.models.transport import retry_after_s
 from runtime.outcomes import Fail, Finish
 from runtime.prepare import prepare_execution, resolve_and_run
 from schema.wire.retry import RetryPolicy, backoff_s
@@ -366,28 +363,6 @@ def test_a_key_that_cannot_be_an_http_header_is_refused_at_startup(
 
 
 # --- retry timing --------------------------------------------------------------------------
-
-
-NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-
-@pytest.mark.parametrize(
-    ("headers", "expected"),
-    [
-        ({"retry-after": "3"}, 3.0),
-        ({"retry-after": " 0.5 "}, 0.5),
-        ({"retry-after": format_datetime(NOW + timedelta(seconds=7), usegmt=True)}, 7.0),
-        ({"retry-after": format_datetime(NOW - timedelta(seconds=7), usegmt=True)}, 0.0),
-        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
-        ({"retry-after": "-1"}, None),
-        ({"retry-after": "soon"}, None),
-        ({"retry-after": "nan"}, None),
-        ({}, None),
-    ],
-    ids=["seconds", "fraction", "http_date", "past_date", "millis_first", "negative", "garbage", "nan", "absent"],
-)
-def test_retry_after_is_read_as_seconds_or_an_http_date(headers: dict[str, str], expected: float | None) -> None:
-    assert retry_after_s(headers, now=NOW) == expected
 
 
 def test_backoff_grows_exponentially_with_jitter_and_is_capped() -> None:

@@ -91,7 +91,9 @@ def test_request_maps_system_tools_parallel_calls_and_tool_results(fake: FakePro
     [sent] = fake.requests
     assert sent.path == "/v1/chat/completions"
     assert sent.body["model"] == "gpt-test"
-    assert sent.body["max_tokens"] == 256 and sent.body["temperature"] == 0.5
+    # max_tokens in the config is the output limit, sent as max_completion_tokens.
+    assert sent.body["max_completion_tokens"] == 256 and sent.body["temperature"] == 0.5
+    assert "max_tokens" not in sent.body
     assert sent.body["tools"] == [
         {
             "type": "function",
@@ -171,6 +173,7 @@ def test_response_with_parallel_tool_calls_maps_to_tool_calls_and_usage(fake: Fa
         content="Let me.",
         tool_calls=(ToolCall("call_1", "add", {"a": 2, "b": 3}), ToolCall("call_2", "echo", {"k": [1, {"z": None}]})),
         usage=Usage(input_tokens=120, output_tokens=30),
+        finish_reason="tool_calls",
     )
 
 

@@ -234,22 +234,23 @@ def test_no_configured_key_survives_any_field_of_an_echoing_provider(
     texts: list[str] = []
     with capture_logs() as events:
         for key in (CANARY, OTHER):
-            for status in (400, 403, 404, 409, 422):
+            for status in (400, 403, 404, 422):
                 fake.script(echoing_error(status, key, anthropic=anthropic))
                 with pytest.raises(ModelRequestRefused) as refused:
                     client.complete(REQUEST)
                 texts += exception_texts(refused.value)
-            fake.script(*[echoing_error(500, key, anthropic=anthropic)] * 3)
-            with pytest.raises(ModelUnavailable) as unavailable:
-                client.complete(REQUEST)
-            texts += exception_texts(unavailable.value)
+            for status in (409, 500):  # retried by the SDK, every attempt echoing
+                fake.script(*[echoing_error(status, key, anthropic=anthropic)] * 3)
+                with pytest.raises(ModelUnavailable) as unavailable:
+                    client.complete(REQUEST)
+                texts += exception_texts(unavailable.value)
             fake.script(echoing_reply(key, anthropic=anthropic))
             response = client.complete(REQUEST)
             texts.append(repr(response) + repr(response.to_json()))
     out, err = capfd.readouterr()
 
     # The echoes arrived (the fake really sent them) and came out redacted ...
-    assert len(fake.requests) == 2 * 9
+    assert len(fake.requests) == 2 * 11
     assert all(REDACTED in t for t in texts if "HTTP 4" in t and "refused" in t) and any(REDACTED in t for t in texts)
     assert [c.args for c in response.tool_calls if c.name == "echo"] == [{"x": REDACTED}]
     # ... and neither key is in any exception, response, log event or output.
@@ -286,3 +287,42 @@ def test_a_redirect_from_an_allowed_base_url_is_not_followed(fake: FakeProvider)
 
     assert elsewhere.requests == [] and len(fake.requests) == 1
     assert "HTTP 302 (redirect_not_followed)" in info.value.message
+
+
+# --- the SDKs read nothing from the environment ------------------------------------------------
+
+SDK_ENV = {
+    "OPENAI_API_KEY": "sk-env-openai-canary",
+    "OPENAI_ORG_ID": "org-env-canary",
+    "OPENAI_PROJECT_ID": "proj-env-canary",
+    "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+    "ANTHROPIC_API_KEY": "sk-env-anthropic-canary",
+    "ANTHROPIC_AUTH_TOKEN": "tok-env-canary",
+    "ANTHROPIC_CUSTOM_HEADERS": "X-Env-Canary: env-canary",
+    "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
+}
+
+
+@pytest.mark.parametrize("with_key", [True, False], ids=["key", "no_key"])
+def test_the_sdks_take_no_key_header_or_url_from_the_environment(
+    fake: FakeProvider, monkeypatch: pytest.MonkeyPatch, with_key: bool
+) -> None:
+    for name, value in SDK_ENV.items():
+        monkeypatch.setenv(name, value)
+    keys = ModelKeys(openai=SecretStr(CANARY), anthropic=SecretStr(CANARY), base_urls=(fake.url, f"{fake.url}/v1"))
+    ref = "default" if with_key else None
+    fake.script(openai_reply("a"), anthropic_reply("b"))
+    OpenAIProvider(keys, retry=FAST_RETRY)(
+        OpenAIModelConfig(provider="openai", name="m", base_url=f"{fake.url}/v1", api_key_ref=ref), "team-a"
+    ).complete(REQUEST)
+    AnthropicProvider(keys, retry=FAST_RETRY)(
+        AnthropicModelConfig(provider="anthropic", name="m", base_url=fake.url, api_key_ref=ref), "team-a"
+    ).complete(REQUEST)
+
+    sent_openai, sent_anthropic = fake.requests  # both came here, not to the environment's URLs
+    assert sent_openai.headers.get("authorization") == (f"Bearer {CANARY}" if with_key else None)
+    assert sent_anthropic.headers.get("x-api-key") == (CANARY if with_key else None)
+    assert "authorization" not in sent_anthropic.headers
+    everything = str([r.headers for r in fake.requests])
+    assert all(value not in everything for name, value in SDK_ENV.items() if not name.endswith("_URL"))
+    assert "env-canary" not in everything

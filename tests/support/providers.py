@@ -61,6 +61,8 @@ class FakeProvider:
                     "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
                 )
                 reply = fake._next(recorded)
+                if isinstance(body, dict) and body.get("stream") is True:
+                    reply = streamed(reply)  # the worker's calls stream: answer in kind
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
@@ -214,6 +216,49 @@ def anthropic_stream(
         "usage": {"output_tokens": usage[1]}}))
     events.append(("message_stop", {"type": "message_stop"}))
     return sse(events)
+
+
+def _halves(text: str | None) -> list[str]:
+    """A text as two deltas (a key in it arrives split, as it may from a real provider)."""
+    if not text:
+        return []
+    middle = len(text) // 2
+    return [part for part in (text[:middle], text[middle:]) if part]
+
+
+def streamed(reply: Reply) -> Reply:
+    """A 200 JSON completion (Chat Completions or Messages) as the same answer streamed,
+    for a request that asked to stream; any other reply (an error, a raw body, what the
+    stream helpers cannot say: refusals, custom tool calls) is sent as it is."""
+    body = reply.body
+    if reply.status != 200 or reply.raw is not None or not isinstance(body, dict):
+        return reply
+    if body.get("object") == "chat.completion":
+        (choice,) = body["choices"]
+        message = choice["message"]
+        calls = message.get("tool_calls") or []
+        if message.get("refusal") or any(c.get("type") != "function" for c in calls):
+            return reply
+        usage = body.get("usage") or {}
+        out = openai_stream(
+            _halves(message.get("content")),
+            [(c["id"], c["function"]["name"], _halves(c["function"]["arguments"]) or [""]) for c in calls],
+            (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
+            finish_reason=choice.get("finish_reason"),
+        )
+    elif body.get("type") == "message":
+        blocks = body.get("content") or []
+        if any(b.get("type") not in ("text", "tool_use") for b in blocks):
+            return reply
+        text = "".join(b["text"] for b in blocks if b["type"] == "text")
+        uses = [(b["id"], b["name"], _halves(json.dumps(b.get("input") or {})))
+                for b in blocks if b["type"] == "tool_use"]
+        usage = body.get("usage") or {}
+        out = anthropic_stream(_halves(text), uses, (usage.get("input_tokens", 0), usage.get("output_tokens", 0)),
+                               stop_reason=body.get("stop_reason"))
+    else:
+        return reply
+    return Reply(out.status, raw=out.raw, content_type=out.content_type, headers=reply.headers, delay_s=reply.delay_s)
 
 
 def openai_error(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import redis
 from kombu.transport import redis as kombu_redis
 
 
@@ -22,6 +23,11 @@ class Channel(kombu_redis.Channel):
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:
+            # The channel was closed under us (the broker went away and the consumer is
+            # reconnecting): a connection error, which Celery recovers from, rather than
+            # kombu's AttributeError on the missing connection, which stops the consumer.
+            raise redis.exceptions.ConnectionError("the broker connection of this channel is closed")
         if asynchronous:
             return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
         if self._sync_client is None:

@@ -81,8 +81,10 @@ runs = Table(
     # The fence of the claim whose execution started (its first ledger row; a resume's
     # claim) and has not finished; the next claim counts it as a failed attempt.
     Column("execution_fence", BigInteger),
-    # Claims at the current boundary, whatever became of them: a backstop for a round that
-    # kills its worker before its execution is marked (AIDAWORK_MAX_ROUND_ATTEMPTS x 3).
+    # Holders of the current boundary's round that died holding it (their lease ran out)
+    # while no worker that never held it died around then, whether or not its execution had
+    # been marked: a backstop for a round that kills its worker before its execution is
+    # marked (AIDAWORK_MAX_ROUND_ATTEMPTS x 3). Claims after a give-back never count.
     Column("round_claims", Integer, nullable=False, server_default=text("0")),
     # The worker processes (workers.id) that claimed the current boundary's round, in
     # order: the death of its last holder costs no attempt when a worker that never held

@@ -51,10 +51,10 @@ log = structlog.get_logger("aidawork.round")
 
 ROUND_ATTEMPTS_EXHAUSTED = "ROUND_ATTEMPTS_EXHAUSTED"
 CONFIG_INVALID = "CONFIG_INVALID"
-# Claims of one round allowed per attempt of the budget: a holder that dies before the
-# round's execution is marked (loading a huge context, say) costs no attempt, and neither
-# does a death while other workers die too (schema.store.workers), but a round that
-# always does so must still end.
+# Deaths of a round's holders allowed per attempt of the budget: a holder that dies
+# before the round's execution is marked (loading a huge context, say) costs no attempt,
+# but a round that always kills its worker so must still end. A death while other workers
+# die too (schema.store.workers) costs neither.
 UNSTARTED_CLAIMS_FACTOR = 3
 
 
@@ -289,9 +289,9 @@ def _after_commit(
 
 def _attempts_exhausted(claim: Claim, max_attempts: int) -> str | None:
     """Why the round must not be tried again, or None. The budget is spent only by
-    executions that started and failed because of the round; claims whose holder died
-    before it started, or died while workers that never held the round died too, count
-    only toward a backstop three times as large."""
+    executions that started and failed because of the round; a holder that died before
+    the execution started counts only toward a backstop three times as large, and one that
+    died while workers that never held the round died too counts toward neither."""
     where = f"round {claim.boundary_seq}"
     if claim.attempt > max_attempts:
         return (
@@ -300,8 +300,8 @@ def _attempts_exhausted(claim: Claim, max_attempts: int) -> str | None:
         )
     if claim.claims > UNSTARTED_CLAIMS_FACTOR * max_attempts:
         return (
-            f"{where} was claimed {claim.claims - 1} times without completing (its workers died before "
-            f"executing it, or while other workers died too); the limit is "
+            f"{where} lost {claim.claims} holders without completing (its workers died holding it, "
+            f"while no other worker died); the limit is "
             f"{UNSTARTED_CLAIMS_FACTOR} x {max_attempts} (AIDAWORK_MAX_ROUND_ATTEMPTS)"
         )
     return None

@@ -48,7 +48,11 @@ WITH recorded AS ({recorded}
         CASE WHEN lease_expires_at IS NOT NULL AND {DEATH_ELSEWHERE} THEN 0 ELSE 1 END
       ELSE 0 END,
     execution_fence = {execution_fence},
-    round_claims = round_claims + 1,
+    -- The backstop counts the same deaths, whether or not the execution was marked: a
+    -- lease that ran out, not excused by deaths elsewhere. A first claim, a claim after a
+    -- give-back (an unavailable dependency) and a taken-back claim of this worker cost nothing.
+    round_claims = round_claims + CASE WHEN lease_expires_at IS NOT NULL AND claim_fence <> :held_fence
+        AND NOT {DEATH_ELSEWHERE} THEN 1 ELSE 0 END,
     round_holders = array_append(round_holders, CAST(:holder AS uuid)),
     dispatched_at = now(),
     started_at = coalesce(started_at, now()),

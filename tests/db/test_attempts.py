@@ -36,7 +36,7 @@ def test_holders_that_die_before_executing_spend_no_attempt(engine: Engine) -> N
     assert c is not None
     for _ in range(5):  # killed between the claim and the model call, again and again
         c = reclaim(engine, c)
-    assert (c.attempt, c.claims) == (1, 6)
+    assert (c.attempt, c.claims) == (1, 5)  # five deaths toward the backstop, none excused
     assert run_row(engine, run.run_id)["round_attempts"] == 0
 
 
@@ -88,10 +88,11 @@ def test_commit_resets_the_budget_for_the_next_round(engine: Engine) -> None:
     assert c is not None
     start_execution(engine, c)
     c = reclaim(engine, c)
+    assert (c.attempt, c.claims) == (2, 1)
     start_execution(engine, c)
     round_store.commit_round(engine, record(c, outcome="continue", status="running"))
     following = claim(engine, run.run_id, boundary_seq=1)
-    assert following is not None and (following.attempt, following.claims) == (1, 1)
+    assert following is not None and (following.attempt, following.claims) == (1, 0)
 
 
 def test_errors_of_unavailable_dependencies_are_not_the_rounds_fault() -> None:
@@ -122,11 +123,12 @@ def test_reconciler_backs_off_a_round_whose_execution_failed_before(engine: Engi
     assert {r for r, _, _ in lease_store.due_for_dispatch(engine, grace_s=10)} == {repeat.run_id}
 
 
-def test_round_claimed_too_often_without_ever_executing_fails_the_run(ctx: Any) -> None:
+def test_round_whose_holders_keep_dying_before_executing_fails_the_run(ctx: Any) -> None:
     # Backstop: a round that kills every worker before its execution is marked must end.
     max_attempts = ctx.settings.max_round_attempts
     run = submit(ctx.engine)
-    _set(ctx.engine, run.run_id, f"round_claims = {3 * max_attempts}")
+    _set(ctx.engine, run.run_id, f"round_claims = {3 * max_attempts}, status = 'running', "
+                                 "lease_expires_at = now() - interval '1 second'")  # and its last holder died
     assert execute_round(ctx, RoundTask(run_id=run.run_id, boundary_seq=0)) is RoundDisposition.RUN_FAILED
     row = run_row(ctx.engine, run.run_id)
     assert (row["status"], row["error_code"]) == ("failed", ROUND_ATTEMPTS_EXHAUSTED)

@@ -120,13 +120,14 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                 return None
             if run.execution_fence == run.claim_fence and run.claim_fence != held:
                 run.round_attempts += 1
+            if run.lease_expires_at is not None and run.claim_fence != held:
+                run.round_claims += 1  # its holder died (no registry here: never excused)
             run.claim_fence += 1
             run.lease_expires_at = self._now() + lease_s
             run.status = "running"
             recorded = self._recorded(run_id, boundary_seq) if resume_of is None else None
             # A resume, or a round with an accepted response to go on from, executes at once.
             run.execution_fence = None if resume_of is None and recorded is None else run.claim_fence
-            run.round_claims += 1
             run.round_holders.append(holder)
             run.dispatched_at = self._now()
             cp = self.checkpoints[run_id]

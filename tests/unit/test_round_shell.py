@@ -169,10 +169,12 @@ def test_a_round_that_keeps_raising_fails_the_run_once_its_attempts_are_spent(mo
     assert s.store.events[-1]["kind"] == "run_failed"
 
 
-def test_a_round_claimed_too_often_without_executing_fails_the_run() -> None:
+def test_a_round_whose_holders_keep_dying_before_executing_fails_the_run() -> None:
     s = shell()
     run_id = s.submit(ADD)
-    s.store.runs[run_id].round_claims = UNSTARTED_CLAIMS_FACTOR * s.ctx.settings.max_round_attempts
+    run = s.store.runs[run_id]
+    run.round_claims = UNSTARTED_CLAIMS_FACTOR * s.ctx.settings.max_round_attempts
+    run.status, run.lease_expires_at = "running", 0.0  # and its last holder died too
     assert execute(s, run_id, 0) is RoundDisposition.RUN_FAILED
     assert s.store.run(run_id).error_code == ROUND_ATTEMPTS_EXHAUSTED
     assert s.store.model_calls == []

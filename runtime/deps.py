@@ -7,6 +7,8 @@ contexts), so a test can swap one without rebuilding the other.
 
 from __future__ import annotations
 
+import importlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,10 +16,8 @@ from typing import Any
 from runtime.canonical import digest
 from runtime.config import ClientToolSpec, TurnConfig, turn_config_with
 from runtime.memory import ContextCache
-from runtime.models.anthropic import AnthropicProvider
 from runtime.models.base import ModelClient
 from runtime.models.keys import ModelKeys
-from runtime.models.openai_compat import OpenAIProvider
 from runtime.models.scripted import ScriptedModel
 from runtime.plugins import PluginError, Plugins
 from runtime.proofs import ProofAuthority
@@ -37,12 +37,46 @@ def scripted_model(config: Any, owner: str) -> ModelClient:
     return ScriptedModel(config)
 
 
+class LazyProvider:
+    """A provider whose module (and the official SDK it is built on) is imported when its
+    first run is prepared: the ``openai`` and ``anthropic`` packages cost more to import
+    than the rest of a worker, the API or the CLI together, and many processes never call
+    a real provider (a worker's first run on one waits for that import, once)."""
+
+    def __init__(self, module: str, name: str, keys: ModelKeys) -> None:
+        self._module, self._name, self._keys = module, name, keys
+        self._lock = threading.Lock()
+        self._provider: Any = None
+
+    def __repr__(self) -> str:
+        return f"{self._name}()"
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._provider is None:
+                self._provider = getattr(importlib.import_module(self._module), self._name)(self._keys)
+            return self._provider
+
+    def __call__(self, config: Any, owner: str) -> ModelClient:
+        provider = self._provider or self._load()
+        model: ModelClient = provider(config, owner)
+        return model
+
+    def close(self) -> None:
+        if self._provider is not None:
+            self._provider.close()
+
+
 def default_model_providers(model_keys: ModelKeys | None = None) -> dict[str, ModelFactory]:
     """Every provider this process can run. The HTTP providers get the deployment's keys
     (``ModelKeys``; none by default) and check a run's ``api_key_ref`` and ``base_url``
     against them when the run is prepared."""
     keys = model_keys or ModelKeys()
-    return {"scripted": scripted_model, "openai": OpenAIProvider(keys), "anthropic": AnthropicProvider(keys)}
+    return {
+        "scripted": scripted_model,
+        "openai": LazyProvider("runtime.models.openai_compat", "OpenAIProvider", keys),
+        "anthropic": LazyProvider("runtime.models.anthropic", "AnthropicProvider", keys),
+    }
 
 
 # For in-process use and tests only; workers are given AIDAWORK_SECRET_KEY.

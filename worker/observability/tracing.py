@@ -92,6 +92,8 @@ _process: Tracing | None = None
 def process_tracing(settings: Settings, service_name: str = "aidawork") -> Tracing:
     """This process's tracing, set up on first use (one provider, flushed at exit)."""
     global _process
+    if _process is not None:  # every submit asks: no lock once it is built
+        return _process
     with _lock:
         if _process is None:
             _process = Tracing(_provider(settings, service_name) if settings.tracing_enabled else None)

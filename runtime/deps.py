@@ -167,4 +167,6 @@ def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> Orche
         system_digest=digest(turn_config.system_prompt),
         tools_digest=digest(list(specs)),
         proofs=runtime.base.proofs,
+        provider=turn_config.model.provider,
+        model_name=str(getattr(turn_config.model, "name", turn_config.model.provider)),
     )

@@ -82,6 +82,11 @@ class RoundHooks(Protocol):
 
     def model_response_reused(self, request_digest: str) -> None: ...
 
+    def tool_call_done(self, invocation: ToolInvocation, started_ns: int) -> None:
+        """Any tool call has its outcome (``started_ns``: ``time.time_ns()`` when it
+        began): for metrics and spans only, it records nothing durable."""
+        ...
+
     def model_delta_sink(self) -> Callable[[str], None] | None:
         """Where the text of the model call about to start goes as it streams (asked once
         per call), or None: the round wants the response only."""
@@ -102,6 +107,9 @@ class NoHooks:
         return None
 
     def model_response_reused(self, request_digest: str) -> None:
+        return None
+
+    def tool_call_done(self, invocation: ToolInvocation, started_ns: int) -> None:
         return None
 
     def model_delta_sink(self) -> Callable[[str], None] | None:
@@ -249,6 +257,7 @@ def orchestrate(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks | Non
 def run_tool(
     deps: OrchestratorDeps, state: RunState, call: ToolCall, inputs: ToolInputs, hooks: RoundHooks
 ) -> tuple[ToolInvocation, ToolOutcome]:
+    started_ns = time.time_ns()
     tool = deps.tools.get(call.name)
     if tool is None:
         outcome = ToolOutcome.failed("TOOL_UNKNOWN", f"tool {call.name!r} is not enabled")
@@ -276,6 +285,7 @@ def run_tool(
         suspension=outcome.suspension,
         approval=inputs.approval,
     )
+    hooks.tool_call_done(invocation, started_ns)
     return invocation, outcome
 
 

@@ -26,3 +26,7 @@ class OrchestratorDeps:
     system_digest: str
     tools_digest: str
     proofs: ProofAuthority
+    # What the run's model calls are reported as (metrics labels, GenAI span attributes):
+    # the provider and the provider's model name (the provider again when it has none).
+    provider: str = "unknown"
+    model_name: str = "unknown"

@@ -97,6 +97,9 @@ runs = Table(
     Column("output", Text),
     Column("error_code", Text),
     Column("error_message", Text),
+    # The W3C traceparent of the run's trace, started by the submitting process: each
+    # round's span joins it from whichever worker runs it. NULL when tracing was off.
+    Column("trace_context", Text),
     _now(),
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),

@@ -4,14 +4,19 @@ The HTTP API and the client library never build one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry
 
 from worker.client_context import ClientContext, ProcessContext, build_client_context, pool_size_for
 from worker.deltas import DeltaSink, publisher_for
 from worker.leases import LeaseKeeper
+from worker.observability.metrics import RoundMetrics, serve
+from worker.observability.rounds import Observability
+from worker.observability.tracing import process_tracing
 from worker.settings import Settings
 
-__all__ = ["WorkerContext", "build_context", "get_context", "pool_size_for", "set_process_threads"]
+__all__ = ["WorkerContext", "build_context", "get_context", "pool_size_for", "serve_metrics", "set_process_threads"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,8 @@ class WorkerContext(ClientContext):
     # Where the rounds' model deltas go (Redis pub/sub); None: the broker is not Redis,
     # and model calls do not stream.
     deltas: DeltaSink | None = None
+    # The process's metrics (one registry for all its threads) and tracing.
+    observe: Observability = field(default_factory=Observability.off)
 
 
 _threads: int | None = None
@@ -42,7 +49,14 @@ def build_context(settings: Settings, threads: int | None = None) -> WorkerConte
     leases = LeaseKeeper(client.engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s)
     redis_broker = settings.broker_url.startswith(("redis:", "rediss:"))
     deltas = publisher_for(settings.broker_url) if redis_broker else None
-    return WorkerContext(**vars(client), leases=leases, deltas=deltas)
+    observe = Observability(RoundMetrics(CollectorRegistry()), process_tracing(settings, "aidawork-worker"))
+    return WorkerContext(**vars(client), leases=leases, deltas=deltas, observe=observe)
+
+
+def serve_metrics(ctx: WorkerContext) -> None:
+    """Serve the process's registry on AIDAWORK_METRICS_PORT, when it is set."""
+    if ctx.settings.metrics_port is not None:
+        serve(ctx.observe.metrics.registry, ctx.settings.metrics_port, ctx.settings.metrics_host)
 
 
 _worker_context = ProcessContext(lambda settings: build_context(settings, _threads))

@@ -65,7 +65,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import os
 
     from worker.app import CONTROL_QUEUE, ROUNDS_QUEUE, get_app
-    from worker.bootstrap import get_context, set_process_threads
+    from worker.bootstrap import get_context, serve_metrics, set_process_threads
 
     concurrency = args.concurrency or get_settings().worker_concurrency
     set_process_threads(concurrency)
@@ -77,6 +77,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         leases.register()
     except Exception as exc:
         structlog.get_logger("aidawork.cli").warning("worker_registration_deferred", error=type(exc).__name__)
+    serve_metrics(get_context())  # before Celery starts: a port in use fails the start, loudly
     try:
         get_app().worker_main(
             [

@@ -36,6 +36,7 @@ from schema.wire.vocab import ToolAnswerKind
 from worker.app import send_or_defer
 from worker.client_context import ClientContext, get_client_context
 from worker.deltas import DeltaOrder, DeltaSubscription, RunDelta, ends_stream_of
+from worker.observability.tracing import process_tracing, traceparent
 
 log = structlog.get_logger("aidawork.client")
 
@@ -45,9 +46,20 @@ def submit(request: Mapping[str, Any] | RunRequest, *, ctx: ClientContext | None
     the run is still stored and the reconciler sends it later."""
     ctx = ctx or get_client_context()
     parsed, prepared = prepare_execution(ctx.runtime, request)
-    submitted = run_store.submit_run(ctx.engine, parsed, prepared.turn_config.model_dump(mode="json"))
-    # The run is durable: if the broker is down, the reconciler sends it once it is back.
-    send_or_defer(ctx.store, submitted.run_id, lambda: ctx.dispatch.round(submitted.run_id, 0))
+    # The submitting process starts the run's trace (None: tracing is off); its rounds join
+    # it from the traceparent stored with the run.
+    span = process_tracing(ctx.settings).start_submit()
+    try:
+        submitted = run_store.submit_run(
+            ctx.engine, parsed, prepared.turn_config.model_dump(mode="json"), traceparent(span)
+        )
+        if span is not None:
+            span.set_attribute("run_id", str(submitted.run_id))
+        # The run is durable: if the broker is down, the reconciler sends it once it is back.
+        send_or_defer(ctx.store, submitted.run_id, lambda: ctx.dispatch.round(submitted.run_id, 0))
+    finally:
+        if span is not None:
+            span.end()
     return submitted
 
 

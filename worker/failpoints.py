@@ -2,8 +2,11 @@
 (``os._exit``, like SIGKILL: no cleanup, no ack) the first time it reaches that point;
 ``after_model_call@team-poison`` only in a round of a run of that owner, so one run can be
 made a poison round while the other runs on the same workers stay healthy.
-``after_model_call`` is where the round has its model response, from its call or (a round
-redone after its holder died) from the ledger, and no tool has run yet.
+``in_model_call`` is where the model call is on the ledger ('started') and about to be
+sent: dying there is dying with the call on the wire, so the round's next holder calls the
+model again (a duplicate call). ``after_model_call`` is where the round has its model
+response, from its call or (a round redone after its holder died) from the ledger, and no
+tool has run yet.
 Unset in production, where ``hit`` is a set lookup."""
 
 from __future__ import annotations

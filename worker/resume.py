@@ -10,6 +10,7 @@ without calling the model, once their inputs have been delivered.
 
 from __future__ import annotations
 
+import time
 from uuid import UUID
 
 from pydantic import TypeAdapter, ValidationError
@@ -57,6 +58,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
         raise ResumeRefused(run_id, "round_proof", "the suspended round's stored proof does not verify")
 
     cached = ctx.runtime.contexts.get(run_id)
+    claim_started_ns = time.time_ns()
     claim = ctx.store.claim_round(
         run_id,
         boundary_seq,
@@ -70,6 +72,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
     if claim is None:
         log_refused_claim(ctx, run_id, boundary_seq, resume=True)
         return RoundDisposition.DROPPED
+    observation = ctx.observe.claimed(claim, claim_started_ns, resume=True)
     stored_round = material.round
     digests = RoundDigests(
         stored_round.system_digest,
@@ -83,6 +86,7 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
         claim,
         cached,
         lambda deps, state, hooks: resume_original_tool_round(deps, state, digests, stored, inputs, hooks),
+        observation,
     )
 
 

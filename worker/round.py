@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
@@ -28,7 +29,7 @@ from runtime.errors import ModelError, ModelUnavailable, RequestInvalid
 from runtime.loop import RoundHooks, drive_react_loop
 from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
-from runtime.outcomes import Continue, RebuildRequired, RoundResult, Suspend
+from runtime.outcomes import Continue, RebuildRequired, RoundResult, Suspend, ToolInvocation
 from runtime.prepare import prepare_turn
 from runtime.proofs import ROUND_PROOF_INVALID
 from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
@@ -45,6 +46,7 @@ from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
 from worker.deltas import FLUSH_S, MODEL_STREAM_RESTARTED, RunDelta
 from worker.logging import bind
+from worker.observability.rounds import GIVEN_BACK, RUN_FAILED, RoundObservation
 from worker.rebuild import rebuild_context
 
 log = structlog.get_logger("aidawork.round")
@@ -71,9 +73,10 @@ class LedgerHooks:
     stale; then FenceLost). A round that goes on from an earlier holder's response writes
     nothing: that call is on the ledger already."""
 
-    def __init__(self, ctx: WorkerContext, claim: Claim) -> None:
+    def __init__(self, ctx: WorkerContext, claim: Claim, observation: RoundObservation) -> None:
         self._ctx = ctx
         self._claim = claim
+        self._observation = observation
         self._call_id: int | None = None
         # A claim that is not the round's first may follow a holder that streamed part of
         # this round already; so may a second model call under this claim (a rebuild).
@@ -86,9 +89,12 @@ class LedgerHooks:
             c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest
         )
         log.debug("model_called", messages=len(request.messages))
+        self._observation.model_call_started()
+        failpoints.hit("in_model_call", owner=c.owner)
 
     def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
         assert self._call_id is not None
+        self._observation.model_call_finished(response, error)
         if self._streamed and self._ctx.deltas is not None:
             self._ctx.deltas.flush(FLUSH_S)  # the deltas go out before the round's events
         self._ctx.store.record_model_call_finished(
@@ -121,10 +127,13 @@ class LedgerHooks:
 
     def model_response_reused(self, request_digest: str) -> None:
         log.info("model_response_reused", request_digest=request_digest)
+        self._observation.model_response_reused()
         # The round is where a call would have left it, response in hand: a round that
         # kills its worker from here on still does (and spends its attempts) when redone.
         failpoints.hit("after_model_call", owner=self._claim.owner)
 
+    def tool_call_done(self, invocation: ToolInvocation, started_ns: int) -> None:
+        self._observation.tool_call_done(invocation, started_ns)
 
     def model_delta_sink(self) -> Callable[[str], None] | None:
         c, publisher = self._claim, self._ctx.deltas
@@ -157,6 +166,7 @@ def _storable(response: ModelResponse | None) -> dict[str, Any] | None:
 
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     cached = ctx.runtime.contexts.get(task.run_id)
+    claim_started_ns = time.time_ns()
     claim = ctx.store.claim_round(
         task.run_id,
         task.boundary_seq,
@@ -169,7 +179,7 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     if claim is None:
         log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False)
         return RoundDisposition.DROPPED
-    return run_claimed(ctx, claim, cached, drive_react_loop)
+    return run_claimed(ctx, claim, cached, drive_react_loop, ctx.observe.claimed(claim, claim_started_ns, resume=False))
 
 
 def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, resume: bool) -> None:
@@ -178,6 +188,7 @@ def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, re
     refusal = ctx.store.explain_refused_claim(run_id, boundary_seq, resume=resume)
     emit = log.info if refusal.finished else log.warning
     emit("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
+    ctx.observe.claim_refused(refusal.reason)
 
 
 RoundStep = Callable[[OrchestratorDeps, RunState, RoundHooks], RoundResult]
@@ -202,22 +213,26 @@ def round_at_fault(exc: BaseException) -> bool:
     return not isinstance(exc, NOT_THE_ROUNDS_FAULT)
 
 
-def run_claimed(ctx: WorkerContext, claim: Claim, cached: RunState | None, step: RoundStep) -> RoundDisposition:
+def run_claimed(
+    ctx: WorkerContext, claim: Claim, cached: RunState | None, step: RoundStep, observation: RoundObservation
+) -> RoundDisposition:
     """Everything after a successful claim, for a round and for a resume alike;
-    ``cached`` is this process's cached state of the run, if any."""
+    ``cached`` is this process's cached state of the run, if any; ``observation`` gets
+    the round's metrics and spans."""
     bind(claim_fence=claim.fence)
     log.info("round_claimed", attempt=claim.attempt, cold=cached is None)
     exhausted = _attempts_exhausted(claim, ctx.settings.max_round_attempts)
     if exhausted is not None:
-        return _fail_run(ctx, claim, ROUND_ATTEMPTS_EXHAUSTED, exhausted)
+        return _fail_run(ctx, claim, ROUND_ATTEMPTS_EXHAUSTED, exhausted, observation)
     failpoints.hit("after_claim", owner=claim.owner)
     try:
         state = _state_after_claim(ctx, cached, claim)
     except RequestInvalid as exc:
-        return _fail_run(ctx, claim, CONFIG_INVALID, f"the stored run config is not valid: {exc.message}")
+        return _fail_run(ctx, claim, CONFIG_INVALID, f"the stored run config is not valid: {exc.message}", observation)
     except ToolsetUnavailable:
         # A tool of the run comes from an MCP server this process has not reached yet: give
         # the round back at once, costing no attempt; the task is retried after a backoff.
+        observation.ended(GIVEN_BACK, error="ToolsetUnavailable")
         ctx.store.release_lease(claim.run_id, claim.fence, round_at_fault=False)
         raise
     previous = claim.previous_round
@@ -227,20 +242,24 @@ def run_claimed(ctx: WorkerContext, claim: Claim, cached: RunState | None, step:
         claim.run_id, claim.boundary_seq - 1, previous
     ):
         return _fail_run(
-            ctx, claim, ROUND_PROOF_INVALID, f"the stored proof of round {claim.boundary_seq - 1} does not verify"
+            ctx, claim, ROUND_PROOF_INVALID, f"the stored proof of round {claim.boundary_seq - 1} does not verify",
+            observation,
         )
 
     try:
-        deps, hooks = _deps(state), LedgerHooks(ctx, claim)
+        deps, hooks = _deps(state), LedgerHooks(ctx, claim, observation)
+        observation.using_model(deps.provider, deps.model_name)
         with ctx.leases.holding(claim.run_id, claim.fence):
             result = step(deps, state, hooks)
             while isinstance(result.outcome, RebuildRequired):
                 state = rebuild_context(ctx, claim, state, deps, hooks)
                 result = step(deps, state, hooks)
+        observation.commit_started()
         next_run_id = ctx.store.commit_round(record_of(ctx, claim, result))
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
-        return _fail_run(ctx, claim, exc.code, exc.message)
+        return _fail_run(ctx, claim, exc.code, exc.message, observation)
     except BaseException as exc:
+        observation.ended(GIVEN_BACK, lease_lost=isinstance(exc, FenceLost), error=type(exc).__name__)
         # Give the run back at once rather than at lease expiry; a lost fence makes this a
         # no-op. With the database down the release fails too: the original error is the
         # one that matters (it decides the retry), and the lease expires on its own.
@@ -253,6 +272,7 @@ def run_claimed(ctx: WorkerContext, claim: Claim, cached: RunState | None, step:
                 ctx.leases.remember_unreleased(claim.run_id, claim.fence)
         raise
 
+    observation.committed(result.outcome.kind)
     return _after_commit(ctx, claim, state, result, next_run_id)
 
 
@@ -346,7 +366,10 @@ def _empty_state(claim: Claim, text: str, deps: OrchestratorDeps) -> RunState:
     )
 
 
-def _fail_run(ctx: WorkerContext, claim: Claim, code: str, message: str) -> RoundDisposition:
+def _fail_run(
+    ctx: WorkerContext, claim: Claim, code: str, message: str, observation: RoundObservation
+) -> RoundDisposition:
+    observation.ended(RUN_FAILED, error=code)
     next_run_id = ctx.store.fail_claimed_run(claim.run_id, claim.fence, code, message)
     ctx.runtime.contexts.discard(claim.run_id)
     log.warning("run_failed", error_code=code, error_message=message)

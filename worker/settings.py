@@ -17,7 +17,9 @@ from runtime.toolsets.mcp_config import McpServerConfig, parse_mcp_servers
 from schema.wire import RunRequest
 
 ENV_PREFIX = "AIDAWORK_"
-FAILPOINTS = frozenset({"after_claim", "after_model_call", "in_tool_call", "after_commit", "after_enqueue"})
+FAILPOINTS = frozenset(
+    {"after_claim", "in_model_call", "after_model_call", "in_tool_call", "after_commit", "after_enqueue"}
+)
 MIN_API_TOKEN_CHARS = 16
 # An API token's owner is stored as runs.owner: the same rules as a run request's owner.
 _OWNER = TypeAdapter(Annotated[str, RunRequest.model_fields["owner"]])
@@ -94,6 +96,22 @@ class Settings(BaseSettings):
     # Behind PgBouncer in transaction pooling mode: no server-side prepared statements.
     database_pgbouncer: bool = False
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    # Prometheus: the port on which THIS worker process serves /metrics (on all
+    # interfaces; unset: no endpoint). Several worker processes on one host each get their
+    # own value (8001, 8002, ...), since the setting is the port of the process it is set
+    # for; a worker's threads share one registry. The API serves /metrics on its own port.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    # The address it listens on: loopback unless a scraper elsewhere needs it (compose: 0.0.0.0).
+    metrics_host: str = "127.0.0.1"
+    # OpenTelemetry traces are configured by the standard OTEL_* variables, which the SDK
+    # reads itself (OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_*, OTEL_TRACES_SAMPLER, ...);
+    # these two only decide whether tracing is on at all (worker.observability.tracing).
+    otel_exporter_otlp_endpoint: str | None = Field(default=None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    otel_exporter_otlp_traces_endpoint: str | None = Field(
+        default=None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+    otel_traces_exporter: str | None = Field(default=None, validation_alias="OTEL_TRACES_EXPORTER")
+    otel_service_name: str | None = Field(default=None, validation_alias="OTEL_SERVICE_NAME")
     # Plugins to load at start, a comma-separated list of importable modules (more are
     # found through the ``aidawork.plugins`` entry points of installed packages). Every
     # process of a deployment (worker, API, CLI, client) needs the same list.
@@ -167,6 +185,14 @@ class Settings(BaseSettings):
         if value is not None:
             parse_api_tokens(value.get_secret_value())
         return value
+
+    @property
+    def tracing_enabled(self) -> bool:
+        """Traces are exported only when an OTLP endpoint or a traces exporter is named
+        (OTEL_TRACES_EXPORTER=none turns them off again)."""
+        if self.otel_traces_exporter is not None:
+            return self.otel_traces_exporter.strip().lower() not in ("", "none")
+        return bool(self.otel_exporter_otlp_endpoint or self.otel_exporter_otlp_traces_endpoint)
 
     @property
     def api_token_owners(self) -> dict[str, str]:

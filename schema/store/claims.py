@@ -62,7 +62,7 @@ WITH recorded AS ({recorded}
     AND (lease_expires_at IS NULL OR lease_expires_at < now() OR claim_fence = :held_fence)
     AND NOT {earlier_active_sql("runs")}
     AND {guard}
-  RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims,
+  RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims, trace_context,
     CASE WHEN :cold THEN input END AS input,
     CASE WHEN :cold THEN config END AS config
 )
@@ -80,7 +80,13 @@ SELECT claimed.*,
     'claim_fence', previous.claim_fence, 'system_digest', previous.system_digest,
     'messages_digest', previous.messages_digest, 'tools_digest', previous.tools_digest,
     'accepted_response_digest', previous.accepted_response_digest, 'proof', previous.proof) END AS previous_round,
-  recorded.request_digest AS recorded_request_digest, recorded.response AS recorded_response
+  recorded.request_digest AS recorded_request_digest, recorded.response AS recorded_response,
+  -- For the metrics, in the same round trip: how long the round waited since its
+  -- predecessor committed, and the calls earlier claims made at this boundary (a call
+  -- under this claim is then a duplicate).
+  extract(epoch FROM clock_timestamp() - coalesce(previous.resumed_at, previous.created_at)) AS queue_lag_s,
+  (SELECT count(*) FROM model_calls AS mc WHERE mc.run_id = claimed.id AND mc.boundary_seq = :boundary_seq
+     AND mc.claim_fence < claimed.claim_fence) AS earlier_model_calls
 FROM claimed
 JOIN run_checkpoints AS cp ON cp.run_id = claimed.id
 LEFT JOIN rounds AS previous ON previous.run_id = claimed.id AND previous.boundary_seq = :boundary_seq - 1
@@ -174,6 +180,9 @@ def claim_round_txn(
         recorded_response=None
         if row.recorded_response is None
         else RecordedResponse(row.recorded_request_digest, row.recorded_response),
+        trace_context=row.trace_context,
+        earlier_model_calls=row.earlier_model_calls,
+        queue_lag_s=None if row.queue_lag_s is None else float(row.queue_lag_s),
     )
 
 

@@ -26,7 +26,9 @@ class Submitted:
     root_seq: int
 
 
-def submit_run_txn(conn: Connection, request: RunRequest, config: dict[str, Any]) -> Submitted:
+def submit_run_txn(
+    conn: Connection, request: RunRequest, config: dict[str, Any], trace_context: str | None = None
+) -> Submitted:
     run_id = uuid4()
     if request.root_id is None:
         root_id, root_seq = uuid4(), 0
@@ -49,8 +51,8 @@ def submit_run_txn(conn: Connection, request: RunRequest, config: dict[str, Any]
         root_seq = int(seq)
     conn.execute(
         text(
-            "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq) "
-            "VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1)"
+            "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq, trace_context) "
+            "VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1, :trace_context)"
         ),
         {
             "id": run_id,
@@ -59,6 +61,7 @@ def submit_run_txn(conn: Connection, request: RunRequest, config: dict[str, Any]
             "owner": request.owner,
             "input": request.input,
             "config": json.dumps(config),
+            "trace_context": trace_context,
         },
     )
     # A later run of a Root starts from the context its predecessor rebuilt, if any.
@@ -79,10 +82,32 @@ def submit_run_txn(conn: Connection, request: RunRequest, config: dict[str, Any]
     return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq)
 
 
-def submit_run(engine: Engine, request: RunRequest, config: dict[str, Any]) -> Submitted:
+def submit_run(
+    engine: Engine, request: RunRequest, config: dict[str, Any], trace_context: str | None = None
+) -> Submitted:
     """Store a validated run (its Root, checkpoint and first event) in one transaction.
-    The caller sends the first task only after this commits."""
-    return run_transaction(engine, lambda conn: submit_run_txn(conn, request, config), name="submit_run")
+    The caller sends the first task only after this commits. ``trace_context``: the W3C
+    traceparent of the run's trace, which every claim of the run hands back."""
+    return run_transaction(
+        engine, lambda conn: submit_run_txn(conn, request, config, trace_context), name="submit_run"
+    )
+
+
+# --- for the operator's metrics and traces ------------------------------------------------
+
+
+def count_runs_by_status(engine: Engine) -> dict[str, int]:
+    """How many runs are in each status (``aidawork_runs``; the API caches it briefly)."""
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT status, count(*) AS n FROM runs GROUP BY status"))
+        return {r.status: int(r.n) for r in rows}
+
+
+def run_trace_context(engine: Engine, run_id: UUID) -> str | None:
+    """The W3C traceparent stored with the run at submit (None: not traced, or no run)."""
+    with engine.connect() as conn:
+        value = conn.execute(text("SELECT trace_context FROM runs WHERE id = :id"), {"id": run_id}).scalar_one_or_none()
+    return None if value is None else str(value)
 
 
 # --- ending a run outside a round ----------------------------------------------------------

@@ -71,3 +71,9 @@ class Claim:
     checkpoint: Checkpoint
     # An earlier holder's accepted model response at this boundary (a round's claim only).
     recorded_response: RecordedResponse | None
+    # The W3C traceparent stored with the run at submit (None: not traced).
+    trace_context: str | None = None
+    # Model calls made at this boundary under earlier claims: a call now is a duplicate.
+    earlier_model_calls: int = 0
+    # Seconds from the previous round's commit to this claim (None at boundary 0).
+    queue_lag_s: float | None = None

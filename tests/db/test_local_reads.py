@@ -16,7 +16,7 @@ from uuid import uuid4
 from runtime.loop import drive_react_loop
 from schema.store import claims as claim_store
 from schema.wire import RunStatus
-from tests.support.db import rows
+from tests.support.db import observed, rows
 from tests.support.store import HOLDER
 from tests.support.suspensions import (
     READ_ONE,
@@ -47,9 +47,9 @@ def test_delivered_file_bodies_live_in_local_reads_only_and_the_model_still_sees
 
     def step(deps: Any, state: Any, hooks: Any = None) -> Any:  # (the shell may pass its own hooks)
         seen["state"] = state
-        return drive_react_loop(deps, state, hooks or LedgerHooks(ctx, claim))
+        return drive_react_loop(deps, state, hooks or LedgerHooks(ctx, claim, observed(ctx, claim)))
 
-    assert run_claimed(ctx, claim, None, step) is RoundDisposition.COMMITTED
+    assert run_claimed(ctx, claim, None, step, observed(ctx, claim)) is RoundDisposition.COMMITTED
     cold = seen["state"]
     assert cold.history_digest == warm.history_digest
     assert secret_body in json.dumps([m.to_json() for m in cold.history])

@@ -69,6 +69,8 @@ def claim_view(c: Claim | None) -> Any:
     view = dataclasses.asdict(c)
     for key in ("run_id", "root_id"):
         view.pop(key)
+    # A duration read from each store's own clock (the memory store keeps no commit time).
+    view.pop("queue_lag_s")
     return view
 
 

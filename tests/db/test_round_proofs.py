@@ -20,7 +20,7 @@ from runtime.loop import drive_react_loop
 from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection, ProjectionRefused, ProofAuthority
 from schema.store import claims as claim_store
 from schema.wire import RoundTask
-from tests.support.db import rows
+from tests.support.db import observed, rows
 from tests.support.store import HOLDER
 from tests.support.suspensions import (
     READ_ONE,
@@ -80,14 +80,14 @@ def test_a_result_whose_projection_this_process_did_not_issue_is_not_recorded(ct
             claim: Any = claim,
             seen: dict[str, Any] = seen,
         ) -> Any:
-            genuine = drive_react_loop(deps, state, hooks or LedgerHooks(ctx, claim))
+            genuine = drive_react_loop(deps, state, hooks or LedgerHooks(ctx, claim, observed(ctx, claim)))
             seen["genuine"] = genuine
             seen["tampered"] = tampered = tamper(genuine)
             return tampered
 
         before = snapshot(ctx)
         with pytest.raises(ProjectionRefused):
-            run_claimed(ctx, claim, None, step)
+            run_claimed(ctx, claim, None, step, observed(ctx, claim))
 
         tampered = seen["tampered"]
         # The copies carry valid proofs: only their provenance is wrong.

@@ -11,6 +11,7 @@ from runtime.deps import OrchestratorDeps, build_runtime
 from runtime.errors import ModelError
 from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
+from runtime.outcomes import ToolInvocation
 from runtime.prepare import prepare_execution
 
 
@@ -83,6 +84,7 @@ class RecordingHooks:
     started: list[tuple[ModelRequest, str]] = dataclasses.field(default_factory=list)
     finished: list[tuple[ModelResponse | None, ModelError | None]] = dataclasses.field(default_factory=list)
     reused: list[str] = dataclasses.field(default_factory=list)
+    tools_done: list[str] = dataclasses.field(default_factory=list)  # kept apart from ``log``
     deltas: list[str] | None = None  # a list: the model call streams into it
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
@@ -96,6 +98,9 @@ class RecordingHooks:
     def model_response_reused(self, request_digest: str) -> None:
         self.log.append("reused")
         self.reused.append(request_digest)
+
+    def tool_call_done(self, invocation: ToolInvocation, started_ns: int) -> None:
+        self.tools_done.append(invocation.call.name)
 
     def model_delta_sink(self) -> Callable[[str], None] | None:
         if self.deltas is None:

@@ -46,6 +46,7 @@ class RunRow:
     output: str | None = None
     error_code: str | None = None
     error_message: str | None = None
+    trace_context: str | None = None
 
 
 @dataclass

@@ -61,7 +61,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
 
     # --- setting a scene ------------------------------------------------------------------
 
-    def submit_run(self, request: RunRequest, config: dict[str, Any]) -> Submitted:
+    def submit_run(self, request: RunRequest, config: dict[str, Any], trace_context: str | None = None) -> Submitted:
         with self._lock:
             if request.root_id is None:
                 root_id = uuid4()
@@ -76,7 +76,8 @@ class InMemoryStore(SuspensionOps, RebuildOps):
             earlier = [r for r in self.runs.values() if r.root_id == root_id and r.root_seq < root_seq]
             previous = self.checkpoints[max(earlier, key=lambda r: r.root_seq).id] if earlier else CheckpointRow()
             self.runs[run_id] = RunRow(
-                run_id, root_id, root_seq, request.owner, request.input, as_json(config), dispatched_at=self._now()
+                run_id, root_id, root_seq, request.owner, request.input, as_json(config), dispatched_at=self._now(),
+                trace_context=trace_context,
             )
             self.checkpoints[run_id] = CheckpointRow(previous.context_start_position, previous.summary)
             self._event(run_id, 1, "run_queued", {"root_id": str(root_id), "root_seq": root_seq})
@@ -149,6 +150,13 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                 previous_round=StoredRound(**previous["stored"]) if previous else None,
                 checkpoint=Checkpoint(cp.context_start_position, cp.summary, cp.last_build_id, cp.chain_anchor),
                 recorded_response=recorded,
+                trace_context=run.trace_context,
+                queue_lag_s=max(0.0, self._now() - previous["committed_at"]) if previous else None,
+                earlier_model_calls=sum(
+                    1
+                    for c in self.model_calls
+                    if (c["run_id"], c["boundary_seq"]) == (run_id, boundary_seq) and c["claim_fence"] < run.claim_fence
+                ),
             )
 
     def _claimable(self, run: RunRow, boundary_seq: int, held: int, resume_of: list[str] | None) -> bool:
@@ -321,7 +329,9 @@ class InMemoryStore(SuspensionOps, RebuildOps):
         key = (run.id, record.boundary_seq)
         if record.resumed:
             if key in self.rounds and self.rounds[key]["outcome"] == "suspend":
-                self.rounds[key].update(outcome=str(record.outcome), resume_fence=record.fence)
+                self.rounds[key].update(
+                    outcome=str(record.outcome), resume_fence=record.fence, committed_at=self._now()
+                )
             for t in tools:
                 for ti in self.tool_invocations:
                     match = (ti["run_id"], ti["invocation_id"], ti["status"])
@@ -352,6 +362,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                 "repeat_count": record.repeat_count,
                 "resume_fence": None,
                 "stored": stored,
+                "committed_at": self._now(),
             }
             for t in tools:
                 row = {k: v for k, v in t.items() if k != "resumes_invocation_id"}

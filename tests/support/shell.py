@@ -112,10 +112,10 @@ class Shell:
     leases: FakeLeaseKeeper
     dispatch: FakeDispatcher
 
-    def submit(self, turns: list[dict[str, Any]], **kwargs: Any) -> UUID:
+    def submit(self, turns: list[dict[str, Any]], *, trace_context: str | None = None, **kwargs: Any) -> UUID:
         """Store a run as ``worker.client.submit`` would (validated), without sending."""
         request, prepared = prepare_execution(self.ctx.runtime, scripted_request(turns, **kwargs))
-        return self.store.submit_run(request, prepared.turn_config.model_dump(mode="json")).run_id
+        return self.store.submit_run(request, prepared.turn_config.model_dump(mode="json"), trace_context).run_id
 
     def deliver_sent(self, *, max_tasks: int = 50) -> list[str]:
         """Execute every task sent (and those they send) in order, as workers would; the

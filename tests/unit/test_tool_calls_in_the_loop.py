@@ -15,7 +15,7 @@ from runtime.deps import build_runtime
 from runtime.loop import TOOL_REJECTED, UNKNOWN_AFTER_CRASH, Suspend, drive_react_loop, idempotency_key
 from runtime.messages import ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
-from runtime.outcomes import RoundResult
+from runtime.outcomes import RoundResult, ToolInvocation
 from runtime.prepare import prepare_execution
 from runtime.resume import StoredSuspension, resume_original_tool_round
 from runtime.run_deps import OrchestratorDeps
@@ -49,6 +49,9 @@ class EffectHooks:
 
     def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
         self.finished.append((call.id, outcome.status))
+
+    def tool_call_done(self, invocation: ToolInvocation, started_ns: int) -> None:
+        return None
 
     def model_delta_sink(self) -> None:
         return None

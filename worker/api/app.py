@@ -22,6 +22,8 @@
   live token deltas (``model_delta``, ``model_stream_restarted``) with no ``id``: they
   come from Redis pub/sub (``worker.api.deltas``), are never stored, and are not replayed.
 - No redirects (a trailing slash is a 404, not a redirect built from ``Host``).
+- ``GET /metrics`` for Prometheus, and request spans when tracing is on
+  (``worker.api.observe``).
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from worker.api.auth import TokenTable
 from worker.api.deps import ApiState
 from worker.api.errors import error_response
 from worker.api.limits import BodyLimit
+from worker.api.observe import RequestSpans, install_metrics
 from worker.api.routes import router
 from worker.client_context import ClientContext, get_client_context
+from worker.observability.tracing import process_tracing
 from worker.settings import Settings, get_settings
 
 log = structlog.get_logger("aidawork.api")
@@ -110,7 +114,11 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
         min_bytes_per_s=settings.api_body_min_bytes_per_s,
         refuse=error_response,
     )
+    tracer = process_tracing(settings, "aidawork-api").tracer
+    if tracer is not None:
+        app.add_middleware(RequestSpans, tracer=tracer, context=state.context)
     app.add_middleware(AccessLog)  # added last: the outermost
+    install_metrics(app, state.context)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+from typing import Any
 
+import anyio
+import httpx
 import pytest
 
+from runtime.deps import build_runtime
+from tests.support.api import TOKEN, error_of
+from tests.support.requests import scripted_request
+from worker.api import create_app
 from worker.client import verify_webhook
+from worker.client_context import ClientContext
 from worker.settings import Settings, SettingsError, load_settings
 from worker.webhooks.policy import WebhookRefused, check_webhook_url, parse_prefixes, retry_delay_s, url_origin
 from worker.webhooks.signature import signature_header
@@ -40,7 +49,7 @@ def test_a_bad_signature_does_not_verify(body: bytes, secret: str, now: int, why
     assert not verify_webhook(body, signature_header(BODY, SECRET, T), secret, now=now), why
 
 
-@pytest.mark.parametrize("header", ["", "v1=abc", f"t={T}", f"t=soon,v1=00", "garbage"])
+@pytest.mark.parametrize("header", ["", "v1=abc", f"t={T}", "t=soon,v1=00", "garbage"])
 def test_a_malformed_header_does_not_verify(header: str) -> None:
     assert not verify_webhook(BODY, header, SECRET, now=T)
 
@@ -113,3 +122,28 @@ def test_webhook_urls_need_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIDAWORK_WEBHOOK_SECRET", SECRET)
     assert load_settings().webhook_prefixes == ["https://hooks.example.com/"]
     assert SECRET not in repr(Settings(webhook_urls="https://h.example/", webhook_secret=SECRET))
+
+
+def test_the_api_refuses_a_webhook_outside_the_prefixes_with_a_typed_422_before_the_store() -> None:
+    settings = Settings(api_tokens=json.dumps({TOKEN: "team-test"}), webhook_urls="https://hooks.example.com/",
+                        webhook_secret=SECRET)
+
+    class NoStore:  # the refusal comes before any of these is touched
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"a refused request reached {name}")
+
+    context = ClientContext(settings=settings, engine=NoStore(), store=NoStore(), runtime=build_runtime(),
+                            dispatch=NoStore())  # type: ignore[arg-type]
+    app = create_app(settings, lambda: context)
+    body = {**scripted_request([{"content": "x"}]), "webhook": {"url": "https://evil.example.com/?t=secret"}}
+    body.pop("root_id")
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
+            return await http.post("/v1/runs", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+
+    response = anyio.run(go)
+    assert response.status_code == 422
+    error = error_of(response)
+    assert (error["code"], error["field"]) == ("WEBHOOK_REFUSED", "webhook.url")
+    assert "secret" not in error["message"]

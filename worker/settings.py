@@ -186,6 +186,12 @@ class Settings(BaseSettings):
     # or when its LISTEN connection was lost, the poll is what finds new deliveries).
     webhook_poll_s: float = Field(default=1.0, gt=0, le=60)
 
+    @field_validator("webhook_secret", mode="before")
+    @classmethod
+    def _unset_if_empty(cls, value: Any) -> Any:
+        # docker compose passes an unset ${VAR:-} as "": that means no secret, not a short one.
+        return None if value == "" else value
+
     @field_validator("webhook_urls")
     @classmethod
     def _webhook_prefixes(cls, value: str) -> str:

@@ -30,17 +30,11 @@ def verify_webhook(
     """True when ``header`` (the ``AIDAWORK-Signature`` value) signs exactly ``body`` with
     ``secret`` and its timestamp is within ``tolerance_s`` of now. ``body`` is the raw
     request body, before any JSON parsing. Any ``v1`` entry may match (secret rotation)."""
-    timestamp: int | None = None
-    macs: list[str] = []
-    for part in header.split(","):
-        key, _, value = part.strip().partition("=")
-        if key == "t" and value.isdigit():
-            timestamp = int(value)
-        elif key == "v1":
-            macs.append(value)
-    if timestamp is None or not macs:
+    # The README's receiver code is this function (a unit test runs both on the same cases).
+    fields = [part.strip().partition("=") for part in header.split(",")]
+    t = next((v for k, _, v in fields if k == "t" and v.isdigit()), None)
+    macs = [v for k, _, v in fields if k == "v1"]
+    if t is None or not macs or abs((time.time() if now is None else now) - int(t)) > tolerance_s:
         return False
-    if abs((time.time() if now is None else now) - timestamp) > tolerance_s:
-        return False
-    expected = _mac(body, secret, timestamp)
+    expected = _mac(body, secret, int(t))
     return any(hmac.compare_digest(expected, mac) for mac in macs)

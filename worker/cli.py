@@ -213,6 +213,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         if not wait.delivered and wait.kind in ANSWER_HINTS:
             hint = ANSWER_HINTS[wait.kind].format(run=view.run_id, call=wait.tool_call_id, key=wait.key)
             print(f"  answer with: {hint}")
+    for hook in view.webhooks:
+        code = "" if hook.last_status_code is None else f", last {hook.last_status_code}"
+        error = "" if hook.last_error is None or hook.status == "delivered" else f", {hook.last_error}"
+        print(f"webhook: #{hook.event_seq} {hook.event_kind} {hook.status} ({hook.attempts} attempts{code}{error})")
     return EXIT_OK
 
 

@@ -60,7 +60,8 @@ def post(http: httpx.Client, delivery: DueDelivery, secret: str) -> AttemptResul
             code = response.status_code
     except httpx.TimeoutException as exc:
         return AttemptResult(None, f"timeout ({type(exc).__name__})")
-    except httpx.HTTPError as exc:
+    # InvalidURL is not an HTTPError: a URL httpx refuses is a failed attempt like any other.
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
         return AttemptResult(None, type(exc).__name__)
     if 200 <= code < 300:
         return AttemptResult(code, None)

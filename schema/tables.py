@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from schema.wire import RunStatus
-from schema.wire.vocab import MessageRole, RoundOutcomeKind, ToolAnswerKind, ToolDomain, ToolStatus
+from schema.wire.vocab import MessageRole, RoundOutcomeKind, ToolAnswerKind, ToolDomain, ToolStatus, WebhookStatus
 
 metadata = MetaData(
     naming_convention={
@@ -104,6 +104,9 @@ runs = Table(
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # Where the run's webhook events go (checked against AIDAWORK_WEBHOOK_URLS at submit);
+    # may hold a token in its userinfo or query, so it is never logged or shown.
+    Column("webhook_url", Text),
     CheckConstraint(_in("status", [s.value for s in RunStatus]), name="status"),
     UniqueConstraint("root_id", "root_seq"),
     Index(
@@ -364,4 +367,33 @@ model_calls = Table(
     Column("finished_at", DateTime(timezone=True)),
     CheckConstraint(_in("status", MODEL_CALL_STATUSES), name="status"),
     Index("ix_model_calls_run_boundary", "run_id", "boundary_seq"),
+)
+
+# The webhook outbox: one row per event of a run with a webhook_url whose kind is in
+# schema.wire.WEBHOOK_EVENTS, inserted by the trigger ``run_events_webhook_outbox``
+# (migration 0012; AFTER INSERT ON run_events) in the event's own transaction, which also
+# NOTIFYs ``aidawork_webhooks``. The deliverer (worker.webhooks) claims due rows with
+# FOR UPDATE SKIP LOCKED; ``attempts`` fences the end of each attempt. ``next_attempt_at``
+# is set exactly while the delivery is pending (while an attempt is in flight it is the
+# attempt's lease: a deliverer that died mid-attempt is retried then).
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("run_id", UUID(as_uuid=True), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("event_seq", Integer, nullable=False),
+    Column("event_kind", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", DateTime(timezone=True), server_default=text("now()")),
+    Column("last_status_code", Integer),
+    # What went wrong with the last attempt: the HTTP status's text or the error's type;
+    # never the URL (it may hold a token).
+    Column("last_error", Text),
+    Column("delivered_at", DateTime(timezone=True)),
+    _now(),
+    CheckConstraint(_in("status", [s.value for s in WebhookStatus]), name="status"),
+    CheckConstraint("(status = 'pending') = (next_attempt_at IS NOT NULL)", name="next_attempt"),
+    UniqueConstraint("run_id", "event_seq"),
+    Index("ix_webhook_deliveries_due", "next_attempt_at", postgresql_where=text("status = 'pending'")),
 )

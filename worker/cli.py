@@ -104,6 +104,32 @@ def cmd_beat(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_webhooks(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from schema.store.tx import make_engine
+    from worker.webhooks.deliverer import Deliverer
+
+    settings = get_settings()
+    if settings.webhook_secret is None:
+        return _err("AIDAWORK_WEBHOOK_SECRET is not set: deliveries are signed with it (16+ characters)", EXIT_INPUT)
+    stop = threading.Event()
+    # A stop finishes the attempts in flight (each bounded by its timeout), then exits.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # One connection per delivery thread, one for claims and one that LISTENs.
+    engine = make_engine(
+        settings.database_url,
+        pool_size=settings.webhook_concurrency + 2,
+        prepared_statements=not settings.database_pgbouncer,
+    )
+    try:
+        Deliverer(engine, settings).run(stop)
+    finally:
+        engine.dispose()
+    return EXIT_OK
+
+
 def cmd_flower(args: argparse.Namespace) -> int:
     from worker.app import get_app
 
@@ -188,6 +214,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         if not wait.delivered and wait.kind in ANSWER_HINTS:
             hint = ANSWER_HINTS[wait.kind].format(run=view.run_id, call=wait.tool_call_id, key=wait.key)
             print(f"  answer with: {hint}")
+    for hook in view.webhooks:
+        code = "" if hook.last_status_code is None else f", last {hook.last_status_code}"
+        error = "" if hook.last_error is None or hook.status == "delivered" else f", {hook.last_error}"
+        print(f"webhook: #{hook.event_seq} {hook.event_kind} {hook.status} ({hook.attempts} attempts{code}{error})")
     return EXIT_OK
 
 
@@ -419,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("beat", help="start the scheduler that runs the reconciler")
     p.add_argument("--loglevel", default="WARNING")
     p.set_defaults(fn=cmd_beat)
+    sub.add_parser(
+        "webhooks", help="start the webhook deliverer (POSTs the outbox's due deliveries, signed)"
+    ).set_defaults(fn=cmd_webhooks)
     p = sub.add_parser("flower", help="start Flower on the same broker")
     p.add_argument("--port", type=int, default=5555)
     p.add_argument("--address", default="127.0.0.1")

@@ -37,15 +37,25 @@ from worker.app import send_or_defer
 from worker.client_context import ClientContext, get_client_context
 from worker.deltas import DeltaOrder, DeltaSubscription, RunDelta, ends_stream_of
 from worker.observability.tracing import process_tracing, traceparent
+from worker.webhooks.policy import WebhookRefused as WebhookRefused
+from worker.webhooks.policy import check_webhook_url
+
+# For receivers of a run's webhooks (README, "Webhooks"): re-exported here.
+from worker.webhooks.signature import DELIVERY_HEADER as DELIVERY_HEADER
+from worker.webhooks.signature import SIGNATURE_HEADER as SIGNATURE_HEADER
+from worker.webhooks.signature import verify_webhook as verify_webhook
 
 log = structlog.get_logger("aidawork.client")
 
 
 def submit(request: Mapping[str, Any] | RunRequest, *, ctx: ClientContext | None = None) -> Submitted:
     """Validate, store (one transaction), then ring the doorbell. If the broker is down,
-    the run is still stored and the reconciler sends it later."""
+    the run is still stored and the reconciler sends it later. A ``webhook`` whose URL is
+    not under ``AIDAWORK_WEBHOOK_URLS`` is refused with ``WebhookRefused``."""
     ctx = ctx or get_client_context()
     parsed, prepared = prepare_execution(ctx.runtime, request)
+    if parsed.webhook is not None:
+        check_webhook_url(parsed.webhook.url, ctx.settings.webhook_prefixes)
     # The submitting process starts the run's trace (None: tracing is off); its rounds join
     # it from the traceparent stored with the run.
     span = process_tracing(ctx.settings).start_submit()

@@ -8,13 +8,23 @@ import re
 from functools import lru_cache
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from runtime.config import DEFAULT_KEY_REF, KEY_REF_PATTERN, check_base_url
 from runtime.models.keys import ANY_OWNER, clean_key
 from runtime.toolsets.mcp_config import McpServerConfig, parse_mcp_servers
 from schema.wire import RunRequest
+from worker.webhooks.policy import parse_prefixes
 
 ENV_PREFIX = "AIDAWORK_"
 FAILPOINTS = frozenset(
@@ -170,6 +180,53 @@ class Settings(BaseSettings):
     api_max_streams_per_token: int = Field(default=8, ge=1, le=100_000)
     # Serve /docs, /redoc and /openapi.json (turn off for an internet-facing API).
     api_docs: bool = True
+
+    # --- webhooks (worker.webhooks; the `aidawork webhooks` process delivers them) -------
+    # URL prefixes a run's "webhook": {"url": ...} may start with, comma-separated, http://
+    # or https:// only (a prefix without a path matches that host only). Empty: a run with
+    # a webhook is refused. Every process that submits runs needs the same list.
+    webhook_urls: str = ""
+    # Signs every delivery (AIDAWORK-Signature); required when webhook_urls is set, and by
+    # `aidawork webhooks`. Shared with the receivers; never logged.
+    webhook_secret: SecretStr | None = Field(default=None, min_length=16)
+    # A delivery not answered with a 2xx is retried for this long after its event, then
+    # marked failed.
+    webhook_retry_for_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
+    # Each attempt's timeout (connect, and each read or write); redirects are not followed.
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    # Backoff between attempts: base, 2 x base, 4 x base, ... up to the max, with jitter.
+    webhook_backoff_s: float = Field(default=1.0, gt=0, le=3600)
+    webhook_backoff_max_s: float = Field(default=3600.0, gt=0, le=86_400)
+    # Deliveries in flight at once per `aidawork webhooks` process: a slow receiver holds
+    # one of them, not the others.
+    webhook_concurrency: int = Field(default=8, ge=1, le=256)
+    # The deliverer wakes on NOTIFY at once; it also polls this often (behind PgBouncer,
+    # or when its LISTEN connection was lost, the poll is what finds new deliveries).
+    webhook_poll_s: float = Field(default=1.0, gt=0, le=60)
+
+    @field_validator("webhook_secret", mode="before")
+    @classmethod
+    def _unset_if_empty(cls, value: Any) -> Any:
+        # docker compose passes an unset ${VAR:-} as "": that means no secret, not a short one.
+        return None if value == "" else value
+
+    @field_validator("webhook_urls")
+    @classmethod
+    def _webhook_prefixes(cls, value: str) -> str:
+        parse_prefixes(value)
+        return value
+
+    @model_validator(mode="after")
+    def _webhook_secret_required(self) -> Settings:
+        if self.webhook_prefixes and self.webhook_secret is None:
+            raise ValueError(
+                f"{ENV_PREFIX}WEBHOOK_SECRET must be set (16+ characters) when {ENV_PREFIX}WEBHOOK_URLS is"
+            )
+        return self
+
+    @property
+    def webhook_prefixes(self) -> list[str]:
+        return parse_prefixes(self.webhook_urls)
 
     @field_validator("failpoints")
     @classmethod

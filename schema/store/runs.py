@@ -16,6 +16,7 @@ from schema.store.errors import FenceLost, RootNotFound, RunNotFound
 from schema.store.roots import next_in_root_sql
 from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
+from schema.store.webhooks import deliveries_of
 from schema.wire import RunRequest, RunStatus, RunView
 
 
@@ -51,8 +52,9 @@ def submit_run_txn(
         root_seq = int(seq)
     conn.execute(
         text(
-            "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq, trace_context) "
-            "VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1, :trace_context)"
+            "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq, trace_context, "
+            "  webhook_url) VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1, "
+            "  :trace_context, :webhook_url)"
         ),
         {
             "id": run_id,
@@ -62,6 +64,7 @@ def submit_run_txn(
             "input": request.input,
             "config": json.dumps(config),
             "trace_context": trace_context,
+            "webhook_url": None if request.webhook is None else request.webhook.url,
         },
     )
     # A later run of a Root starts from the context its predecessor rebuilt, if any.
@@ -232,4 +235,5 @@ def get_run_view(engine: Engine, run_id: UUID, *, owner: str | None = None) -> R
         if row is None:
             raise RunNotFound(run_id)
         waiting = waiting_for(conn, run_id) if row.status in ("suspended", "running") else []
-    return RunView.model_validate({**row._mapping, "waiting_for": waiting})
+        webhooks = deliveries_of(conn, run_id)
+    return RunView.model_validate({**row._mapping, "waiting_for": waiting, "webhooks": webhooks})

@@ -15,7 +15,10 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schema.wire.vocab import WebhookStatus
+
 MAX_INPUT_CHARS = 1_000_000
+MAX_WEBHOOK_URL_CHARS = 2048
 
 
 class _Wire(BaseModel):
@@ -38,14 +41,23 @@ class RunStatus(StrEnum):
 TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 
+class Webhook(_Wire):
+    """Where the run's ending and suspension events are POSTed, signed. The URL must start
+    with one of the deployment's ``AIDAWORK_WEBHOOK_URLS`` prefixes (checked at submit)."""
+
+    url: str = Field(min_length=1, max_length=MAX_WEBHOOK_URL_CHARS)
+
+
 class RunRequest(_Wire):
     """What an upstream service submits. ``config`` is validated by
-    ``runtime.prepare.prepare_execution`` (it knows the tools and providers)."""
+    ``runtime.prepare.prepare_execution`` (it knows the tools and providers); ``webhook``
+    by the submitting process (it knows the allowed URL prefixes)."""
 
     owner: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
     root_id: UUID | None = None
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     config: dict[str, Any]
+    webhook: Webhook | None = None
 
 
 class RoundTask(_Wire):
@@ -94,6 +106,8 @@ class EventKind(StrEnum):
 
 
 TERMINAL_EVENTS = frozenset({EventKind.RUN_COMPLETED, EventKind.RUN_FAILED, EventKind.RUN_CANCELLED})
+# The events a run's webhook is sent (the outbox trigger of migration 0012 lists them too).
+WEBHOOK_EVENTS = frozenset({*TERMINAL_EVENTS, EventKind.RUN_SUSPENDED})
 
 
 class RunEvent(_Wire):
@@ -115,6 +129,21 @@ class WaitingFor(_Wire):
     args: dict[str, Any] | None = None  # client_tool, approval, outcome_unknown: the call's args
     reason: str | None = None  # outcome_unknown: why it is not known
     delivered: bool
+
+
+class WebhookDeliveryView(_Wire):
+    """One webhook delivery of a run (one per event sent), as ``aidawork status --json``
+    shows it. ``id`` is the ``AIDAWORK-Delivery`` header the receiver de-duplicates by."""
+
+    id: int
+    event_seq: int
+    event_kind: EventKind
+    status: WebhookStatus
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
 
 
 class RootRunView(_Wire):
@@ -152,3 +181,5 @@ class RunView(_Wire):
     created_at: datetime
     finished_at: datetime | None
     waiting_for: list[WaitingFor] = Field(default_factory=list)
+    # Webhook deliveries of this run's events, oldest first (empty without a webhook).
+    webhooks: list[WebhookDeliveryView] = Field(default_factory=list)

@@ -43,3 +43,11 @@ class ToolAnswerKind(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"
     RETRY = "retry"  # run an at_most_once call whose outcome is unknown again, knowingly
+
+
+class WebhookStatus(StrEnum):
+    """Where one webhook delivery stands (``webhook_deliveries.status``)."""
+
+    PENDING = "pending"  # not yet answered with a 2xx; retried until the retry window ends
+    DELIVERED = "delivered"
+    FAILED = "failed"  # the retry window ended without a 2xx

@@ -1,4 +1,4 @@
-"""Real ``aidawork worker`` / ``aidawork beat`` processes for a test, and reading what they log."""
+"""Real ``aidawork worker`` / ``beat`` / ``webhooks`` processes for a test, and reading what they log."""
 
 from __future__ import annotations
 
@@ -52,6 +52,10 @@ class Cluster:
 
     def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
         return self._spawn(name, ["beat", "--loglevel", "WARNING"], None)
+
+    def start_webhooks(self, name: str = "webhooks", *, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """The webhook deliverer (``aidawork webhooks``); ``env`` gives it its secret."""
+        return self._spawn(name, ["webhooks"], env)
 
     def signal(self, name: str, sig: int) -> None:
         os.killpg(self.procs[name].pid, sig)

@@ -43,9 +43,11 @@ def scripted_request(
     system_prompt: str = "test",
     require_approval: Sequence[str] = (),
     client_tools: Sequence[dict[str, Any]] = (),
+    webhook_url: str | None = None,
 ) -> dict[str, Any]:
     """A run request for the scripted model, which plays ``turns`` one per round;
-    ``require_approval`` and ``client_tools`` go into the config when given."""
+    ``require_approval`` and ``client_tools`` go into the config when given, and
+    ``webhook_url`` into the request's ``webhook``."""
     config: dict[str, Any] = {
         "model": {"provider": "scripted", "turns": turns},
         "system_prompt": system_prompt,
@@ -56,7 +58,10 @@ def scripted_request(
         config["policy"]["require_approval"] = list(require_approval)
     if client_tools:
         config["client_tools"] = [dict(t) for t in client_tools]
-    return {"owner": owner, "root_id": root_id, "input": text_input, "config": config}
+    request = {"owner": owner, "root_id": root_id, "input": text_input, "config": config}
+    if webhook_url is not None:
+        request["webhook"] = {"url": webhook_url}
+    return request
 
 
 # A client-side tool (runs in the upstream service): every call waits for its result.

@@ -18,7 +18,7 @@ COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 def test_every_compose_service_runs_a_valid_aidawork_command() -> None:
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     ours = {name: s for name, s in services.items() if "command" in s and s.get("image") == "aidawork:latest"}
-    assert set(ours) == {"migrate", "worker", "beat", "flower", "api"}
+    assert set(ours) == {"migrate", "worker", "beat", "flower", "api", "webhooks"}
     for name, service in ours.items():
         args = build_parser().parse_args(service["command"])
         assert args.command == name

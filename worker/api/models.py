@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from schema.wire import RootRunView
+from schema.wire import RootRunView, Webhook
 
 
 class _Body(BaseModel):
@@ -23,6 +23,11 @@ class RunSubmission(_Body):
     root_id: UUID | None = None
     input: str
     config: dict[str, Any]
+    webhook: Webhook | None = Field(
+        default=None,
+        description="POST the run's run_completed / run_failed / run_cancelled / run_suspended events here, "
+        "signed (AIDAWORK-Signature); the URL must be under the deployment's AIDAWORK_WEBHOOK_URLS",
+    )
 
 
 class Delivery(_Body):

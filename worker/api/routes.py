@@ -61,7 +61,10 @@ def submit_run(body: RunSubmission, owner: Owner, state: State, response: Respon
         )
     # The fields as sent, not model_dump() (a config nested too deep fails to dump), and
     # checked before the store is touched; client.submit then validates the config.
-    request = parse_request({"owner": owner, "root_id": body.root_id, "input": body.input, "config": body.config})
+    request = parse_request(
+        {"owner": owner, "root_id": body.root_id, "input": body.input, "config": body.config,
+         "webhook": None if body.webhook is None else body.webhook.model_dump()}
+    )
     try:
         submitted = client.submit(request, ctx=state.context())
     except RootNotFound as exc:  # a field of this request, not the resource addressed

@@ -1,0 +1,91 @@
+"""Which URLs a run's webhook may name, how long to wait between attempts, and the part of
+a URL that may be logged. Pure functions: unit-tested without services."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
+
+from runtime.errors import RequestInvalid
+
+SCHEMES = ("http", "https")
+
+
+class WebhookRefused(RequestInvalid):
+    """Raised at submit when a run's ``webhook.url`` is not allowed: not http(s), or not
+    under one of the deployment's ``AIDAWORK_WEBHOOK_URLS`` prefixes (none: webhooks are
+    off). Nothing is stored. The message never repeats the URL (it may hold a token)."""
+
+    code = "WEBHOOK_REFUSED"
+
+
+def _url_problem(url: str) -> str | None:
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return "must not contain spaces or control characters"
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme not in SCHEMES or not url.startswith(f"{parts.scheme}://"):
+        return "must be an http:// or https:// URL"
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        return "has an invalid port"
+    if not parts.hostname:
+        return "must name a host"
+    return None
+
+
+def parse_prefixes(raw: str) -> list[str]:
+    """``AIDAWORK_WEBHOOK_URLS``: comma-separated http(s) URL prefixes (empty: none)."""
+    prefixes = [p.strip() for p in raw.split(",") if p.strip()]
+    for i, prefix in enumerate(prefixes):
+        problem = _url_problem(prefix)
+        if problem is not None:
+            raise ValueError(f"prefix #{i + 1} {problem}")
+    return prefixes
+
+
+def _under(url: str, prefix: str) -> bool:
+    """``url`` starts with ``prefix``, and a prefix without a path ends at the host: else
+    ``https://hooks.example.com`` would allow ``https://hooks.example.com.evil.net/`` or
+    ``https://hooks.example.com@evil.net/``."""
+    if not url.startswith(prefix):
+        return False
+    if urlsplit(prefix).path or prefix.endswith("/"):
+        return True
+    rest = url[len(prefix):]
+    return rest == "" or rest[0] in "/?#"
+
+
+def check_webhook_url(url: str, prefixes: Sequence[str]) -> None:
+    """``WebhookRefused`` (field ``webhook.url``) unless ``url`` is allowed."""
+    if not prefixes:
+        raise WebhookRefused("webhook.url", "webhooks are not enabled here (AIDAWORK_WEBHOOK_URLS is empty)")
+    problem = _url_problem(url)
+    if problem is not None:
+        raise WebhookRefused("webhook.url", problem)
+    if not any(_under(url, prefix) for prefix in prefixes):
+        raise WebhookRefused(
+            "webhook.url", "is not under any of the allowed prefixes (AIDAWORK_WEBHOOK_URLS); ask the operator"
+        )
+
+
+def url_origin(url: str) -> str:
+    """Scheme and host of ``url``, the only part of it ever logged: its userinfo, path or
+    query may hold a token."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or '?'}"
+
+
+def retry_delay_s(
+    attempt: int, *, base_s: float, max_s: float, rand: Callable[[], float] = random.random
+) -> float:
+    """Seconds before the attempt after failed attempt number ``attempt`` (1-based):
+    exponential (base, 2 x base, 4 x base, ...) capped at ``max_s``, with "equal jitter"
+    (half fixed, half random), so receivers coming back are not hit by every retry at once
+    and no retry comes sooner than half its step."""
+    step = min(max_s, base_s * 2.0 ** min(attempt - 1, 62))
+    return step / 2 + step / 2 * rand()

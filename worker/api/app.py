@@ -22,6 +22,9 @@
   live token deltas (``model_delta``, ``model_stream_restarted``) with no ``id``: they
   come from Redis pub/sub (``worker.api.deltas``), are never stored, and are not replayed.
 - No redirects (a trailing slash is a 404, not a redirect built from ``Host``).
+- ``/ui`` is the run inspector (``worker.api.ui``); a browser's event stream shows a
+  stream token in ``?stream_token=`` (``worker.api.stream_tokens``). Browsers of other
+  origins may call the API when AIDAWORK_API_CORS_ORIGINS names them (off when unset).
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from contextlib import asynccontextmanager
 
 import structlog
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worker.api import errors
+from worker.api import errors, inspection, ui
 from worker.api.auth import TokenTable
 from worker.api.deps import ApiState
 from worker.api.errors import error_response
@@ -102,6 +106,8 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     )
     app.state.aidawork = state
     app.include_router(router)
+    app.include_router(inspection.router)
+    app.include_router(ui.router)
     errors.install(app)
     app.add_middleware(
         BodyLimit,
@@ -110,6 +116,17 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
         min_bytes_per_s=settings.api_body_min_bytes_per_s,
         refuse=error_response,
     )
+    if settings.cors_origins:
+        # Outside the body limit, so a preflight (OPTIONS, no body) is answered here and
+        # never reaches a route (which would say 405).
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            expose_headers=["Location"],
+            max_age=600,
+        )
     app.add_middleware(AccessLog)  # added last: the outermost
 
     @app.get("/healthz", include_in_schema=False)

@@ -24,8 +24,8 @@ LIMIT = 4096
 VALID = {"input": "go", "config": {"model": {"provider": "scripted", "turns": [{"content": "hi"}]}}}
 
 
-def request(method: str, url: str, **kwargs: Any) -> httpx.Response:
-    settings = Settings(api_tokens=json.dumps({TOKEN: "team-a"}), api_max_body_bytes=LIMIT)
+def request(method: str, url: str, settings: Settings | None = None, **kwargs: Any) -> httpx.Response:
+    settings = settings or Settings(api_tokens=json.dumps({TOKEN: "team-a"}), api_max_body_bytes=LIMIT)
     app = create_app(settings, no_store)
 
     async def go() -> httpx.Response:

@@ -66,6 +66,12 @@ def test_every_round_of_a_run_verifies_against_the_context_rebuilt_from_the_stor
     assert (blob["tool_name"], blob["status"], blob["result"]) == ("text_blob", "completed", {"text": "x" * 5000})
     assert [len(r["model_calls"]) for r in rounds] == [1, 1]
     assert not any(r["duplicate_model_calls"] for r in rounds)
+    # A second call at a boundary (as a holder that died after its call leaves behind).
+    with ctx.engine.begin() as conn:
+        conn.execute(text("INSERT INTO model_calls (run_id, boundary_seq, attempt, claim_fence, status, "
+                          "request_digest) VALUES (:id, 1, 2, 9, 'started', 'again')"), {"id": first})
+    again = rounds_of(ctx, db_url, first)
+    assert [(len(r["model_calls"]), r["duplicate_model_calls"]) for r in again] == [(1, False), (2, True)]
     assert all(r["duration_ms"] is not None and r["duration_ms"] >= 0 for r in rounds)
 
     # A later run of the same Root saw the earlier run's conversation, then its own input.

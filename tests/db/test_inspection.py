@@ -1,7 +1,8 @@
 """The run inspector's reads on a real PostgreSQL, runs driven by real rounds in process:
 each round's context rebuilt from the store verifies against its stored
-``messages_digest`` (slimmed tool outputs, a later run of the same Root); a changed stored message shows as a mismatch;
-the full tool outputs and the model-call ledger are there; another owner's run is 404."""
+``messages_digest`` (slimmed tool outputs, a later run of the same Root, a rebuilt
+context); a changed stored message shows as a mismatch; the full tool outputs and the
+model-call ledger are there; another owner's run is 404."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import anyio
 import httpx
 from sqlalchemy import text
 
+from runtime.rebuild import SUMMARY_PREFIX
 from tests.support.env import BROKER_URL
 from tests.support.requests import scripted_request
 from tests.support.suspensions import drive
@@ -114,3 +116,19 @@ def test_the_inspector_reads_are_scoped_to_the_tokens_owner(ctx: Any, db_url: st
         assert (theirs.status_code, theirs.json()["error"]["code"]) == (404, "RUN_NOT_FOUND"), (path, theirs.text)
     issued = call(ctx, db_url, "POST", f"/v1/runs/{mine}/stream-token")
     assert issued.status_code == 200 and set(issued.json()) == {"token", "expires_at"}, issued.text
+
+
+def test_after_a_context_rebuild_the_rounds_under_the_new_context_verify(ctx: Any, db_url: str) -> None:
+    report = [{"tool_calls": [{"name": "echo", "args": {"report": f"region {i}: " + "figures and notes " * 6}}]}
+              for i in range(5)]
+    request = scripted_request([*report, {"content": "done"}], owner="team-a", tools=["echo"])
+    request["config"]["model"]["context_limit_tokens"] = 330
+    run_id = client.submit(request, ctx=ctx).run_id
+    assert drive(ctx, run_id)["status"] == "completed"
+    (cp,) = ctx.engine.connect().execute(
+        text("SELECT boundary_seq, rebuilds FROM run_checkpoints WHERE run_id = :id"), {"id": run_id}).all()
+    assert cp.rebuilds >= 1 and cp.boundary_seq > 0
+    checks = [(r["boundary_seq"], r["digest_check"]) for r in rounds_of(ctx, db_url, run_id)]
+    assert checks == [(b, "unchecked" if b < cp.boundary_seq else "verified") for b in range(6)]
+    first = rounds_of(ctx, db_url, run_id)[cp.boundary_seq]["context"][0]
+    assert first["role"] == "user" and first["content"].startswith(SUMMARY_PREFIX)  # the summary comes first

@@ -8,12 +8,10 @@ worker's own context functions, and its stored ``messages_digest`` checked again
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict
 
 from runtime.inspect import round_context
 from runtime.prepare import parse_turn_config
@@ -23,16 +21,10 @@ from schema.store.inspect import RunRows
 from schema.wire import RunStatus
 from schema.wire.inspect import ModelCallRow, RoundView, RunList, RunRounds
 from worker.api.deps import Owner, State
+from worker.api.models import IssuedStreamToken
 from worker.api.routes import REFUSALS
 
 router = APIRouter(prefix="/v1", responses=REFUSALS)
-
-
-class IssuedStreamToken(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    token: str
-    expires_at: datetime
 
 
 @router.get("/runs", response_model=RunList, summary="This token's owner's runs, newest first")

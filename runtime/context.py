@@ -15,6 +15,7 @@ from typing import Any
 
 from runtime.canonical import JSON, canonical_json, chain_digest
 from runtime.messages import Message
+from schema.wire.claim import LoadedMessage
 from schema.wire.vocab import MessageRole
 
 SLIM_EXEMPT_TOOLS = frozenset({"read_files"})
@@ -83,3 +84,15 @@ def context_chain(messages: Iterable[Message], start: str = "") -> str:
     for message in messages:
         current = chain_digest(current, message.to_json())
     return current
+
+
+def loaded_context(
+    stored: Iterable[LoadedMessage], max_output_bytes: int, start: str = ""
+) -> tuple[tuple[Message, ...], str]:
+    """Stored messages (``messages.body`` with their durable reads) in context form, and
+    the context's chain digest extended over them from ``start``: what a round's
+    ``messages_digest`` is. The worker builds each round's context with this, and the
+    inspector rebuilds a past round's context with it to check the stored digest, so the
+    two can never drift apart."""
+    loaded = tuple(context_form(Message.from_json(m.body), max_output_bytes, m.reads) for m in stored)
+    return loaded, context_chain(loaded, start)

@@ -217,3 +217,10 @@ def with_previous(previous_summary: str | None, summarizer: Summarizer) -> Summa
 
 def summary_message(summary: str) -> Message:
     return Message(role=MessageRole.USER, content=SUMMARY_PREFIX + summary)
+
+
+def checkpoint_history(summary: str | None) -> tuple[tuple[Message, ...], str]:
+    """The start of a run's model context under its checkpoint: the rebuild summary, if
+    any, and the chain digest the Root's messages extend (``runtime.context.loaded_context``)."""
+    history = (summary_message(summary),) if summary is not None else ()
+    return history, context_chain(history)

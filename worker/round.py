@@ -23,16 +23,16 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from runtime.canonical import MAX_RESULT_DEPTH, json_problem
-from runtime.context import context_chain, context_form
+from runtime.context import loaded_context
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelUnavailable, RequestInvalid
 from runtime.loop import RoundHooks, drive_react_loop
-from runtime.messages import Message, ToolCall
+from runtime.messages import ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.outcomes import Continue, RebuildRequired, RoundResult, Suspend, ToolInvocation
 from runtime.prepare import prepare_turn
 from runtime.proofs import ROUND_PROOF_INVALID
-from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, summary_message
+from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, RebuildSourceChanged, checkpoint_history
 from runtime.record import round_record
 from runtime.state import RunState
 from runtime.tools import PriorExecution, ToolContext, ToolOutcome, ToolsetUnavailable
@@ -344,20 +344,20 @@ def _state_after_claim(ctx: WorkerContext, cached: RunState | None, claim: Claim
     state = cached.under(claim)
     if new_messages:
         max_bytes = _deps(state).policy.max_tool_output_bytes
-        loaded = tuple(context_form(Message.from_json(m.body), max_bytes, m.reads) for m in new_messages)
-        state = state.extended(loaded, new_messages[-1].position, context_chain(loaded, state.history_digest))
+        loaded, chain = loaded_context(new_messages, max_bytes, state.history_digest)
+        state = state.extended(loaded, new_messages[-1].position, chain)
     return state
 
 
 def _empty_state(claim: Claim, text: str, deps: OrchestratorDeps) -> RunState:
     cp = claim.checkpoint
-    history = (summary_message(cp.summary),) if cp.summary is not None else ()
+    history, history_digest = checkpoint_history(cp.summary)
     return RunState(
         input=text,
         run_id=claim.run_id,
         history=history,
         last_position=cp.context_start - 1,
-        history_digest=context_chain(history),
+        history_digest=history_digest,
         context_start=cp.context_start,
         summary=cp.summary,
         last_build_id=cp.last_build_id,

@@ -180,6 +180,13 @@ class Settings(BaseSettings):
     api_max_streams_per_token: int = Field(default=8, ge=1, le=100_000)
     # Serve /docs, /redoc and /openapi.json (turn off for an internet-facing API).
     api_docs: bool = True
+    # Browser origins allowed to call the API (CORS), comma-separated, e.g.
+    # "https://ops.example.com,http://localhost:5173". Unset: no CORS headers at all (the
+    # inspector at /ui is same-origin and needs none).
+    api_cors_origins: str = ""
+    # Lifetime of a stream token (POST /v1/runs/{id}/stream-token): what a browser's
+    # EventSource, which cannot send a bearer header, shows the event stream instead.
+    api_stream_token_ttl_s: int = Field(default=300, ge=10, le=3600)
 
     # --- webhooks (worker.webhooks; the `aidawork webhooks` process delivers them) -------
     # URL prefixes a run's "webhook": {"url": ...} may start with, comma-separated, http://
@@ -316,6 +323,10 @@ class Settings(BaseSettings):
                 "the same random value of at least 16 characters (or set AIDAWORK_DEV=1 for local development)"
             )
         return None
+
+    @property
+    def cors_origins(self) -> list[str]:
+        return [o.strip() for o in self.api_cors_origins.split(",") if o.strip()]
 
     @property
     def plugin_names(self) -> list[str]:

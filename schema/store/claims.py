@@ -67,7 +67,7 @@ WITH recorded AS ({recorded}
     CASE WHEN :cold THEN config END AS config
 )
 SELECT claimed.*,
-  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, {message_body_sql()}, {_DURABLE_READS})
+  (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, {message_body_sql()}, {DURABLE_READS_SQL})
                             ORDER BY m.position),
                    CAST('[]' AS jsonb))
    FROM messages AS m
@@ -97,7 +97,7 @@ LEFT JOIN recorded ON true
 
 # The bodies of a read_files result are joined in from the durable store, never stored
 # in the message itself.
-_DURABLE_READS = """CASE WHEN m.role = 'tool' AND m.body->>'name' = 'read_files' THEN
+DURABLE_READS_SQL = """CASE WHEN m.role = 'tool' AND m.body->>'name' = 'read_files' THEN
       (SELECT jsonb_object_agg(lr.path, lr.content) FROM local_reads AS lr
        WHERE lr.run_id = m.run_id AND lr.tool_call_id = m.body->>'tool_call_id') END"""
 
@@ -222,7 +222,7 @@ def load_messages(engine: Engine, root_id: UUID, from_position: int) -> tuple[Lo
     with engine.connect() as conn:
         rows = conn.execute(
             text(
-                f"SELECT m.position, {message_body_sql()} AS body, {_DURABLE_READS} AS reads FROM messages AS m "
+                f"SELECT m.position, {message_body_sql()} AS body, {DURABLE_READS_SQL} AS reads FROM messages AS m "
                 "WHERE m.root_id = :root AND m.position >= :start ORDER BY m.position"
             ),
             {"root": root_id, "start": from_position},

@@ -31,6 +31,8 @@ def requests_for(run_id: uuid.UUID, root_id: uuid.UUID) -> dict[str, tuple[str, 
         "deliver": ("POST", f"/v1/runs/{run_id}/deliveries", delivery),
         "resolve": ("POST", f"/v1/runs/{run_id}/prerequisites", {"key": "k", "value": 1}),
         "root": ("GET", f"/v1/roots/{root_id}/runs", None),
+        "rounds": ("GET", f"/v1/runs/{run_id}/rounds", None),
+        "stream-token": ("POST", f"/v1/runs/{run_id}/stream-token", None),
     }
 
 

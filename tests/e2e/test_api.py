@@ -253,7 +253,15 @@ def test_the_openapi_document_lists_the_endpoints(api: ApiServer) -> None:
         ("/v1/runs/{run_id}/tool-retries", "post"),
         ("/v1/runs/{run_id}/events", "get"),
         ("/v1/roots/{root_id}/runs", "get"),
+        ("/v1/runs", "get"),
+        ("/v1/runs/{run_id}/rounds", "get"),
+        ("/v1/runs/{run_id}/stream-token", "post"),
     }
+    # The inspector's reads are described by their response models.
+    for path, model in [("/v1/runs", "RunList"), ("/v1/runs/{run_id}/rounds", "RunRounds")]:
+        schema = spec["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": f"#/components/schemas/{model}"}, path
+    assert "digest_check" in spec["components"]["schemas"]["RoundView"]["properties"]
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert "text/event-stream" in spec["paths"]["/v1/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]
     submission = spec["components"]["schemas"]["RunSubmission"]

@@ -24,8 +24,8 @@ LIMIT = 4096
 VALID = {"input": "go", "config": {"model": {"provider": "scripted", "turns": [{"content": "hi"}]}}}
 
 
-def request(method: str, url: str, **kwargs: Any) -> httpx.Response:
-    settings = Settings(api_tokens=json.dumps({TOKEN: "team-a"}), api_max_body_bytes=LIMIT)
+def request(method: str, url: str, settings: Settings | None = None, **kwargs: Any) -> httpx.Response:
+    settings = settings or Settings(api_tokens=json.dumps({TOKEN: "team-a"}), api_max_body_bytes=LIMIT)
     app = create_app(settings, no_store)
 
     async def go() -> httpx.Response:
@@ -137,7 +137,7 @@ def test_every_v1_operation_requires_the_bearer_token_in_the_openapi_document() 
     spec = request("GET", "/openapi.json").json()
 
     operations = [op for path, item in spec["paths"].items() if path.startswith("/v1/") for op in item.values()]
-    assert len(operations) == 10
+    assert len(operations) == 13
     assert all(op["security"] == [{"HTTPBearer": []}] for op in operations)
 
 

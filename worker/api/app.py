@@ -24,6 +24,9 @@
 - No redirects (a trailing slash is a 404, not a redirect built from ``Host``).
 - ``GET /metrics`` for Prometheus, and request spans when tracing is on
   (``worker.api.observe``).
+- ``/ui`` is the run inspector (``worker.api.ui``); a browser's event stream shows a
+  stream token in ``?stream_token=`` (``worker.api.stream_tokens``). Browsers of other
+  origins may call the API when AIDAWORK_API_CORS_ORIGINS names them (off when unset).
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from contextlib import asynccontextmanager
 
 import structlog
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worker.api import errors
+from worker.api import errors, inspection, ui
 from worker.api.auth import TokenTable
 from worker.api.deps import ApiState
 from worker.api.errors import error_response
@@ -106,6 +110,8 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     )
     app.state.aidawork = state
     app.include_router(router)
+    app.include_router(inspection.router)
+    app.include_router(ui.router)
     errors.install(app)
     app.add_middleware(
         BodyLimit,
@@ -117,6 +123,17 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     tracer = process_tracing(settings, "aidawork-api").tracer
     if tracer is not None:
         app.add_middleware(RequestSpans, tracer=tracer, context=state.context)
+    if settings.cors_origins:
+        # Outside the body limit, so a preflight (OPTIONS, no body) is answered here and
+        # never reaches a route (which would say 405).
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            expose_headers=["Location"],
+            max_age=600,
+        )
     app.add_middleware(AccessLog)  # added last: the outermost
     install_metrics(app, state.context)
 

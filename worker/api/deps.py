@@ -10,9 +10,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from runtime.deps import DEV_SECRET
 from schema.store import owners as owner_store
 from worker.api.auth import Credentials, TokenTable, authenticate
 from worker.api.deltas import DeltaHub
+from worker.api.stream_tokens import StreamTokens
 from worker.api.streams import EventHub, StreamSlots
 from worker.client_context import ClientContext
 from worker.settings import Settings
@@ -26,6 +28,7 @@ class ApiState:
     hub: EventHub = dataclass_field(init=False)
     slots: StreamSlots = dataclass_field(init=False)
     deltas: DeltaHub = dataclass_field(init=False)
+    stream_tokens: StreamTokens = dataclass_field(init=False)
 
     def __post_init__(self) -> None:
         # The hub's reads go through the owner-scoped store query, in a worker thread.
@@ -37,6 +40,10 @@ class ApiState:
         # Live deltas come through the broker's Redis (pub/sub), not PostgreSQL.
         redis_broker = self.settings.broker_url.startswith(("redis:", "rediss:"))
         self.deltas = DeltaHub(self.settings.broker_url if redis_broker else None)
+        secret = self.settings.secret_key
+        self.stream_tokens = StreamTokens(
+            DEV_SECRET if secret is None else secret.get_secret_value().encode(), self.settings.api_stream_token_ttl_s
+        )
 
 
 async def _state(request: Request) -> ApiState:

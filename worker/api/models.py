@@ -3,6 +3,7 @@ shares with the Python client): frozen, and a field nobody declared is refused."
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
@@ -90,3 +91,8 @@ class Cancelled(_Body):
 class RootRuns(_Body):
     root_id: UUID
     runs: list[RootRunView]
+
+
+class IssuedStreamToken(_Body):
+    token: str = Field(description="for GET /v1/runs/{run_id}/events?stream_token=..., this run only")
+    expires_at: datetime

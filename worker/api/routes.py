@@ -5,12 +5,14 @@ what it was sent before it takes the context, so a refused request stores nothin
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
 
 from runtime.prepare import parse_request
@@ -20,8 +22,8 @@ from schema.store.owners import TailKey
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RunView
 from worker import client
-from worker.api.auth import Credentials, token_digest
-from worker.api.deps import Owner, State
+from worker.api.auth import Credentials, authenticate, token_digest
+from worker.api.deps import ApiState, Owner, State
 from worker.api.errors import ApiError, ErrorBody
 from worker.api.models import (
     Cancelled,
@@ -37,7 +39,7 @@ from worker.api.models import (
 )
 from worker.api.streams import EventStreamResponse, parse_last_event_id
 
-_REFUSALS: dict[int | str, dict[str, Any]] = {
+REFUSALS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": what}
     for status, what in {
         400: "malformed JSON or header",
@@ -50,7 +52,7 @@ _REFUSALS: dict[int | str, dict[str, Any]] = {
         500: "an internal error (code INTERNAL_ERROR, logged as request_crashed)",
     }.items()
 }
-router = APIRouter(prefix="/v1", responses=_REFUSALS)
+router = APIRouter(prefix="/v1", responses=REFUSALS)
 
 
 @router.post("/runs", status_code=201, response_model=SubmittedRun, summary="Submit a run")
@@ -196,14 +198,16 @@ def root_runs(
 async def run_events(
     run_id: UUID,
     request: Request,
-    owner: Owner,
     state: State,
     credentials: Credentials,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", description="resume after this seq")] = None,
+    stream_token: Annotated[
+        str | None,
+        Query(max_length=1000, description="instead of the bearer header: a token from POST .../stream-token"),
+    ] = None,
 ) -> StreamingResponse:
     after_seq = parse_last_event_id(last_event_id)
-    assert credentials is not None  # Owner has refused a request without a valid token
-    digest = token_digest(credentials.credentials)
+    owner, digest = _stream_caller(state, run_id, credentials, stream_token)
     if not state.slots.acquire(digest):
         limit = state.slots.limit
         raise ApiError(
@@ -236,3 +240,17 @@ async def run_events(
         disconnected=request.is_disconnected,
         deltas=deltas,
     )
+
+
+def _stream_caller(
+    state: ApiState, run_id: UUID, credentials: HTTPAuthorizationCredentials | None, stream_token: str | None
+) -> tuple[str, bytes]:
+    """The owner of an event stream and the key its stream slot counts under: the bearer
+    token's, or (a browser's ``EventSource``, which cannot send headers) the stream
+    token's, whose streams count together per owner so fresh tokens do not lift the cap."""
+    if credentials is None and stream_token is not None:
+        owner = state.stream_tokens.owner_of(stream_token, run_id, now=time.time())
+        return owner, token_digest(f"stream-token:{owner}")
+    owner = authenticate(state.tokens, credentials)
+    assert credentials is not None  # authenticate refuses a request without a token
+    return owner, token_digest(credentials.credentials)

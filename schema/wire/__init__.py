@@ -16,6 +16,8 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_INPUT_CHARS = 1_000_000
+OWNER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
+MAX_OWNER_CHARS = 128
 
 
 class _Wire(BaseModel):
@@ -42,7 +44,7 @@ class RunRequest(_Wire):
     """What an upstream service submits. ``config`` is validated by
     ``runtime.prepare.prepare_execution`` (it knows the tools and providers)."""
 
-    owner: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
+    owner: str = Field(min_length=1, max_length=MAX_OWNER_CHARS, pattern=OWNER_PATTERN)
     root_id: UUID | None = None
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     config: dict[str, Any]

@@ -29,12 +29,13 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 
 import structlog
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worker.api import errors
+from worker.api import errors, openapi
 from worker.api.auth import TokenTable
 from worker.api.deps import ApiState
 from worker.api.errors import error_response
@@ -91,7 +92,7 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     docs = settings.api_docs
     app = FastAPI(
         title="AIDAWORK",
-        version="1",
+        version=version("aidawork"),
         summary="Durable LLM agent runs: submit, follow, deliver inputs, cancel.",
         # A redirect would be built from the client's Host header; a wrong path is a 404.
         redirect_slashes=False,
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     )
     app.state.aidawork = state
     app.include_router(router)
+    openapi.install(app, settings)
     errors.install(app)
     app.add_middleware(
         BodyLimit,

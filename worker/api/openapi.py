@@ -48,7 +48,8 @@ ANSWERS_OF_EVERY_OPERATION: Mapping[int, str] = {
     401: "missing or invalid bearer token (UNAUTHENTICATED, with WWW-Authenticate: Bearer)",
     413: "the body is larger than AIDAWORK_API_MAX_BODY_BYTES (BODY_TOO_LARGE)",
     500: "an internal error (INTERNAL_ERROR, logged as request_crashed)",
-    503: "a dependency is unavailable (DATABASE_UNAVAILABLE, TOOLSET_UNAVAILABLE, ...); retry later",
+    503: "a dependency is unavailable (DATABASE_UNAVAILABLE, TOOLSET_UNAVAILABLE, ...); retry later. Beyond "
+    "AIDAWORK_API_MAX_CONNECTIONS, uvicorn answers 503 in plain text and closes the connection",
 }
 ANSWERS_OF_A_BODY: Mapping[int, str] = {
     400: "the body is not UTF-8 JSON (BODY_INVALID)",

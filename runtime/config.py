@@ -60,6 +60,17 @@ class ScriptedTurn(_Frozen):
     """One model response: either tool calls or final content, optionally delayed by
     ``latency_ms`` to reproduce a real provider's I/O wait."""
 
+    # The JSON schema states ``_exactly_one`` too, so a generated client (or schemathesis)
+    # builds only turns this validator accepts: a null counts as absent.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["tool_calls"], "properties": {"tool_calls": {"type": "array"}}},
+                {"required": ["content"], "properties": {"content": {"type": "string"}}},
+            ]
+        }
+    )
+
     tool_calls: list[ScriptedToolCall] | None = Field(default=None, min_length=1)
     content: str | None = None
     latency_ms: int = Field(default=0, ge=0, le=600_000)
@@ -111,6 +122,11 @@ def check_base_url(value: str, field: str = "base_url") -> str:
     return value
 
 
+def _unset(name: str) -> dict[str, Any]:
+    """JSON schema: ``name`` is absent or null."""
+    return {"properties": {name: {"type": "null"}}}
+
+
 class _HttpModelConfig(_Frozen):
     """Shared by the HTTP providers.
 
@@ -150,6 +166,9 @@ class OpenAIModelConfig(_HttpModelConfig):
     an OpenAI-compatible server that knows no ``max_completion_tokens``. Set one of the
     two. ``temperature`` is sent only when set."""
 
+    # ``_one_limit`` as JSON schema: at most one of the two limits is set (not null).
+    model_config = ConfigDict(json_schema_extra={"anyOf": [_unset("max_tokens"), _unset("max_completion_tokens")]})
+
     provider: Literal["openai"]
     base_url: str = Field(default="https://api.openai.com/v1", max_length=2048)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
@@ -179,6 +198,9 @@ class AnthropicModelConfig(_HttpModelConfig):
     ``temperature`` within 0-1 only, and never together with ``top_p`` (newer models
     refuse both at once; set one)."""
 
+    # ``_not_with_top_p`` as JSON schema: at most one of the two is set (not null).
+    model_config = ConfigDict(json_schema_extra={"anyOf": [_unset("temperature"), _unset("top_p")]})
+
     provider: Literal["anthropic"]
     base_url: str = Field(default="https://api.anthropic.com", max_length=2048)
     max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
@@ -197,6 +219,18 @@ ModelConfig = Annotated[ScriptedModelConfig | OpenAIModelConfig | AnthropicModel
 
 
 TOOL_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+_JSON_TYPES = ["string", "number", "integer", "boolean", "array", "object", "null"]
+_PROPERTY_SHAPE: dict[str, Any] = {
+    "type": "object",
+    "properties": {"type": {"enum": _JSON_TYPES}, "description": {"type": "string"}},
+    "additionalProperties": False,
+}
+_PARAMETERS_SHAPE: dict[str, Any] = {
+    "type": {"const": "object"},
+    "properties": {"type": "object", "additionalProperties": _PROPERTY_SHAPE},
+    "additionalProperties": {"type": "boolean"},
+    "description": {"type": "string"},
+}
 
 
 class ClientToolSpec(_Frozen):
@@ -206,7 +240,12 @@ class ClientToolSpec(_Frozen):
 
     name: str = Field(pattern=TOOL_NAME_PATTERN)
     description: str = Field(default="", max_length=10_000)
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="a JSON Schema of an object (the call's args); any valid one is accepted, the document "
+        "describes the common subset: a type per property",
+        json_schema_extra={"properties": _PARAMETERS_SHAPE, "additionalProperties": False},
+    )
 
     @field_validator("parameters")
     @classmethod

@@ -52,9 +52,26 @@ def invalid_from(exc: ValidationError, prefix: str = "") -> RequestInvalid:
     return RequestInvalid(format_loc(loc, prefix), err["msg"])
 
 
+# Floats in this range are exact integers; beyond it a float is kept as sent.
+_EXACT_FLOAT_INTS = 2**53
+
+
+def integral_numbers(value: Any) -> Any:
+    """``value`` with each float that is a whole number (``496.0``) as an int: JSON has one
+    number type and JSON Schema calls 496.0 an integer, so a config field of type integer
+    takes it (the models are strict: they refuse a string or a boolean for an int)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= _EXACT_FLOAT_INTS:
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: integral_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [integral_numbers(v) for v in value]
+    return value
+
+
 def parse_turn_config(config: Mapping[str, Any], model: type[TurnConfig] = TurnConfig) -> TurnConfig:
     try:
-        return model.model_validate(dict(config))
+        return model.model_validate(integral_numbers(dict(config)))
     except ValidationError as exc:
         raise invalid_from(exc, "config") from None
 

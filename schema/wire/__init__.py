@@ -19,6 +19,8 @@ from schema.wire.vocab import WebhookStatus
 
 MAX_INPUT_CHARS = 1_000_000
 MAX_WEBHOOK_URL_CHARS = 2048
+OWNER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
+MAX_OWNER_CHARS = 128
 
 
 class _Wire(BaseModel):
@@ -53,7 +55,7 @@ class RunRequest(_Wire):
     ``runtime.prepare.prepare_execution`` (it knows the tools and providers); ``webhook``
     by the submitting process (it knows the allowed URL prefixes)."""
 
-    owner: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")
+    owner: str = Field(min_length=1, max_length=MAX_OWNER_CHARS, pattern=OWNER_PATTERN)
     root_id: UUID | None = None
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     config: dict[str, Any]

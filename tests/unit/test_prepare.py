@@ -156,8 +156,8 @@ REFUSALS: list[tuple[str, Mutation, str, str]] = [
         "valid integer",
     ),
     (
-        "max_rounds_as_float",
-        _set(["config", "policy", "max_rounds"], 20.0),
+        "max_rounds_with_a_fraction",
+        _set(["config", "policy", "max_rounds"], 20.5),
         "config.policy.max_rounds",
         "valid integer",
     ),
@@ -203,6 +203,18 @@ def test_invalid_request_is_refused_naming_the_field(mutate: Mutation, field: st
     # Refused before a model client is even built, let alone called.
     assert factory.configs == []
     assert factory.requests == []
+
+
+def test_a_whole_number_sent_as_a_float_is_an_integer() -> None:
+    # JSON Schema (and so the OpenAPI document) calls 20.0 an integer; a fraction is refused above.
+    raw = example_request()
+    raw["config"]["policy"]["max_rounds"] = 20.0
+    raw["config"]["model"]["turns"][0]["latency_ms"] = 5.0
+
+    _, prepared = prepare_execution(_recording_runtime()[0], raw)
+
+    assert prepared.turn_config.policy.max_rounds == 20 and isinstance(prepared.turn_config.policy.max_rounds, int)
+    assert prepared.turn_config.model.turns[0].latency_ms == 5  # type: ignore[union-attr]
 
 
 def test_unknown_tool_is_refused_naming_the_field_and_the_known_tools() -> None:

@@ -34,13 +34,14 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 
 import structlog
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worker.api import errors, inspection, ui
+from worker.api import errors, inspection, openapi, ui
 from worker.api.auth import TokenTable
 from worker.api.deps import ApiState
 from worker.api.errors import error_response
@@ -99,7 +100,7 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     docs = settings.api_docs
     app = FastAPI(
         title="AIDAWORK",
-        version="1",
+        version=version("aidawork"),
         summary="Durable LLM agent runs: submit, follow, deliver inputs, cancel.",
         # A redirect would be built from the client's Host header; a wrong path is a 404.
         redirect_slashes=False,
@@ -112,6 +113,7 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     app.include_router(router)
     app.include_router(inspection.router)
     app.include_router(ui.router)
+    openapi.install(app, settings)
     errors.install(app)
     app.add_middleware(
         BodyLimit,

@@ -9,7 +9,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from schema.wire import RootRunView, Webhook
+from schema.wire import MAX_INPUT_CHARS, MAX_OWNER_CHARS, OWNER_PATTERN, RootRunView, Webhook
+from worker.client import MAX_REASON_CHARS
 
 
 class _Body(BaseModel):
@@ -20,9 +21,11 @@ class RunSubmission(_Body):
     """A run request (see ``schema.wire.RunRequest``). ``owner`` is the token's owner: omit
     it, or send the same value; another owner is refused (422, field ``owner``)."""
 
-    owner: str | None = None
-    root_id: UUID | None = None
-    input: str
+    owner: str | None = Field(default=None, min_length=1, max_length=MAX_OWNER_CHARS, pattern=OWNER_PATTERN)
+    root_id: UUID | None = Field(default=None, description="a Root of this token's owner; omit it to start a new Root")
+    input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
+    # Validated by runtime.prepare (it knows the providers and tools); the document shows
+    # its real schema, TurnConfig (worker.api.openapi).
     config: dict[str, Any]
     webhook: Webhook | None = Field(
         default=None,
@@ -53,6 +56,24 @@ class ToolResult(_Body):
 
 class ToolApproval(_Body):
     """A person's decision on a call that waits for approval (``approval``)."""
+
+    # The route's rules as JSON schema: an approval takes no reason, a rejection no args
+    # and a reason with some text in it (worker.client.check_rejection).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"properties": {"decision": {"const": "approve"}, "reason": {"type": "null"}}},
+                {
+                    "properties": {
+                        "decision": {"const": "reject"},
+                        "args": {"type": "null"},
+                        "reason": {"type": "string", "pattern": r"\S", "maxLength": MAX_REASON_CHARS},
+                    },
+                    "required": ["reason"],
+                },
+            ]
+        }
+    )
 
     tool_call_id: str = Field(min_length=1)
     decision: Literal["approve", "reject"]

@@ -37,22 +37,16 @@ from worker.api.models import (
     ToolResult,
     ToolRetry,
 )
-from worker.api.streams import EventStreamResponse, parse_last_event_id
+from worker.api.streams import LAST_EVENT_ID_PATTERN, EventStreamResponse, parse_last_event_id
 
-REFUSALS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": what}
-    for status, what in {
-        400: "malformed JSON or header",
-        401: "missing or invalid bearer token",
-        404: "no such run or Root for this token's owner",
-        408: "the body arrived too slowly",
-        409: "the run's state refuses this",
-        413: "body too large",
-        422: "invalid field (named in error.field)",
-        500: "an internal error (code INTERNAL_ERROR, logged as request_crashed)",
-    }.items()
+# The answers particular to an operation; those every operation can give (401, 413, 422,
+# 500, 503, and 400 / 408 / 404 where it has a body / a path id) are added to the
+# document by worker.api.openapi.
+_ERROR: dict[str, Any] = {"model": ErrorBody}
+_STATE_REFUSES: dict[int | str, dict[str, Any]] = {
+    409: {**_ERROR, "description": "the run's state refuses this (the code says why)"}
 }
-router = APIRouter(prefix="/v1", responses=REFUSALS)
+router = APIRouter(prefix="/v1")
 
 
 @router.post("/runs", status_code=201, response_model=SubmittedRun, summary="Submit a run")
@@ -80,7 +74,12 @@ def get_run(run_id: UUID, owner: Owner, state: State) -> RunView:
     return client.status(run_id, owner=owner, ctx=state.context())
 
 
-@router.post("/runs/{run_id}/cancel", response_model=Cancelled, summary="Cancel a run that has not ended")
+@router.post(
+    "/runs/{run_id}/cancel",
+    response_model=Cancelled,
+    summary="Cancel a run that has not ended",
+    responses={409: {**_ERROR, "description": "the run has already ended (RUN_ENDED)"}},
+)
 def cancel_run(run_id: UUID, owner: Owner, state: State) -> Cancelled:
     ctx = state.context()
     owner_store.check_run_owner(ctx.engine, run_id, owner)
@@ -89,7 +88,12 @@ def cancel_run(run_id: UUID, owner: Owner, state: State) -> Cancelled:
     return Cancelled(run_id=run_id, cancelled=True)
 
 
-@router.post("/runs/{run_id}/deliveries", response_model=DeliveryReceipt, summary="Deliver files for a local read")
+@router.post(
+    "/runs/{run_id}/deliveries",
+    response_model=DeliveryReceipt,
+    summary="Deliver files for a local read",
+    responses=_STATE_REFUSES,
+)
 def deliver(run_id: UUID, body: Delivery, owner: Owner, state: State) -> DeliveryReceipt:
     client.check_delivery(body.tool_call_id, body.files)  # before the store: NUL, surrogates
     ctx = state.context()
@@ -101,7 +105,12 @@ def deliver(run_id: UUID, body: Delivery, owner: Owner, state: State) -> Deliver
     return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
 
 
-@router.post("/runs/{run_id}/prerequisites", response_model=DeliveryReceipt, summary="Resolve a prerequisite")
+@router.post(
+    "/runs/{run_id}/prerequisites",
+    response_model=DeliveryReceipt,
+    summary="Resolve a prerequisite",
+    responses=_STATE_REFUSES,
+)
 def resolve(run_id: UUID, body: Prerequisite, owner: Owner, state: State) -> DeliveryReceipt:
     client.check_prerequisite(body.key, body.value)  # before the store: NaN, 1e400, depth, ...
     ctx = state.context()
@@ -125,6 +134,7 @@ def _answered(answer: Callable[[], Receipt]) -> DeliveryReceipt:
     "/runs/{run_id}/tool-results",
     response_model=DeliveryReceipt,
     summary="The result of a client tool, or of a call whose outcome is unknown",
+    responses=_STATE_REFUSES,
 )
 def tool_result(run_id: UUID, body: ToolResult, owner: Owner, state: State) -> DeliveryReceipt:
     client.check_tool_result(body.tool_call_id, body.result, body.is_error)  # before the store
@@ -138,6 +148,7 @@ def tool_result(run_id: UUID, body: ToolResult, owner: Owner, state: State) -> D
     "/runs/{run_id}/approvals",
     response_model=DeliveryReceipt,
     summary="Approve (maybe with edited args) or reject a call that waits for approval",
+    responses=_STATE_REFUSES,
 )
 def approval(run_id: UUID, body: ToolApproval, owner: Owner, state: State) -> DeliveryReceipt:
     if body.decision == "approve":
@@ -163,6 +174,7 @@ def approval(run_id: UUID, body: ToolApproval, owner: Owner, state: State) -> De
     "/runs/{run_id}/tool-retries",
     response_model=DeliveryReceipt,
     summary="Run a call whose outcome is unknown once more",
+    responses=_STATE_REFUSES,
 )
 def tool_retry(run_id: UUID, body: ToolRetry, owner: Owner, state: State) -> DeliveryReceipt:
     client.check_tool_call_id(body.tool_call_id)  # before the store
@@ -192,7 +204,8 @@ def root_runs(
             "content": {"text/event-stream": {}},
             "description": "id: seq, event: kind, data: JSON; live model_delta / model_stream_restarted with no id",
         },
-        429: {"model": ErrorBody, "description": "this token has AIDAWORK_API_MAX_STREAMS_PER_TOKEN streams open"},
+        400: {**_ERROR, "description": "Last-Event-ID is not an event seq (REQUEST_INVALID)"},
+        429: {**_ERROR, "description": "this token has AIDAWORK_API_MAX_STREAMS_PER_TOKEN streams open"},
     },
 )
 async def run_events(
@@ -200,7 +213,15 @@ async def run_events(
     request: Request,
     state: State,
     credentials: Credentials,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", description="resume after this seq")] = None,
+    last_event_id: Annotated[
+        str | None,
+        # Checked by parse_last_event_id (a 400 naming the header), so stated, not enforced, here.
+        Header(
+            alias="Last-Event-ID",
+            description="resume after this seq (empty: from the start)",
+            json_schema_extra={"pattern": LAST_EVENT_ID_PATTERN},
+        ),
+    ] = None,
     stream_token: Annotated[
         str | None,
         Query(max_length=1000, description="instead of the bearer header: a token from POST .../stream-token"),

@@ -40,17 +40,19 @@ KEEPALIVE = ": keepalive\n\n"
 _GONE = EventTail(events=[], ended=True)  # the run is not there (for this owner): the stream ends
 
 
-_SEQ = re.compile(r"[0-9]{1,9}")  # ASCII digits only; seq is a 32-bit column
+# ASCII digits only (seq is a 32-bit column), blanks around it ignored; the OpenAPI
+# document states the same pattern.
+LAST_EVENT_ID_PATTERN = r"^\s*([0-9]{1,9})?\s*$"
+_LAST_EVENT_ID = re.compile(LAST_EVENT_ID_PATTERN)
 
 
 def parse_last_event_id(raw: str | None) -> int:
-    if raw is None or raw.strip() == "":
-        return 0
-    if _SEQ.fullmatch(raw.strip()) is None:
+    found = None if raw is None else _LAST_EVENT_ID.fullmatch(raw)
+    if raw is not None and found is None:
         raise ApiError(
             400, "REQUEST_INVALID", f"Last-Event-ID must be an event seq (got {raw[:40]!r})", "Last-Event-ID"
         )
-    return int(raw.strip())
+    return int(found.group(1)) if found and found.group(1) else 0
 
 
 def format_sse(event: RunEvent) -> str:

@@ -1,0 +1,68 @@
+"""Schemathesis hooks for ``tests/e2e/test_openapi_fuzz.py`` (loaded by the ``st`` run
+through SCHEMATHESIS_HOOKS).
+
+A run request has rules that tie one field to another or to the caller, which no JSON
+Schema can state (the document says them in words, ``worker.api.openapi``). A body
+generated from the schema alone breaks them by chance, and the API refuses it (422) as
+it should; so, for positive cases only, this makes a generated run request keep them,
+changing nothing the schema says:
+
+- each scripted tool call names an enabled tool: a server tool it calls is added to
+  ``config.tools``, any other name to ``config.client_tools`` (args ``{}``, which every
+  client tool schema the document describes accepts);
+- client tool names are distinct (a later duplicate is dropped);
+- ``owner`` is the token's own (``team-a``) and ``root_id`` is left out (a generated
+  UUID names no Root of this owner).
+
+Negative cases are sent as generated: the API must refuse each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import schemathesis
+from schemathesis import Case, HookContext
+
+TOKEN_OWNER = "team-a"  # tests.support.api: TOKEN_A's owner
+
+
+@schemathesis.hook
+def before_call(context: HookContext, case: Case, kwargs: dict[str, Any]) -> None:
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive:
+        return
+    if (case.method.upper(), case.path) != ("POST", "/v1/runs") or not isinstance(case.body, dict):
+        return
+    body = case.body
+    body.pop("root_id", None)
+    if "owner" in body:
+        body["owner"] = TOKEN_OWNER
+    config = body.get("config")
+    if isinstance(config, dict):
+        keep_tool_rules(config, server_tools=server_tool_names(case))
+
+
+def server_tool_names(case: Case) -> set[str]:
+    schema = case.operation.schema.raw_schema["components"]["schemas"]["TurnConfig"]
+    return set(schema["properties"]["tools"]["items"].get("enum", ()))
+
+
+def keep_tool_rules(config: dict[str, Any], *, server_tools: set[str]) -> None:
+    client_tools: list[dict[str, Any]] = []
+    for spec in config.get("client_tools", []):
+        if spec["name"] not in {t["name"] for t in client_tools}:
+            client_tools.append(spec)
+    tools: list[str] = list(config.get("tools", []))
+    model = config.get("model", {})
+    for turn in model.get("turns", []) if model.get("provider") == "scripted" else []:
+        for call in turn.get("tool_calls") or []:
+            name = call["name"]
+            if name in server_tools:
+                if name not in tools:
+                    tools.append(name)
+                continue
+            if name not in {t["name"] for t in client_tools}:
+                client_tools.append({"name": name})
+            call["args"] = {}
+    config["tools"], config["client_tools"] = tools, client_tools

@@ -1,0 +1,107 @@
+"""The OpenAPI document (``worker.api.openapi``) states what the API enforces: the run
+request's config as TurnConfig (a union tagged by provider, plugins' providers
+included), the constraints of each field, and each error answer with the error body."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from runtime.plugins import process_plugins
+from tests.support.api import TOKEN, no_store
+from worker.api import create_app
+from worker.api.errors import ApiError
+from worker.api.streams import parse_last_event_id
+from worker.settings import Settings
+
+
+def spec(**settings: Any) -> dict[str, Any]:
+    app = create_app(Settings(api_tokens=json.dumps({TOKEN: "team-a"}), **settings), no_store)
+    return app.openapi()
+
+
+def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(path, method, op) for path, item in document["paths"].items() for method, op in item.items()]
+
+
+def test_the_config_is_turn_config_tagged_by_provider_with_the_plugins_providers() -> None:
+    document = spec()
+    schemas = document["components"]["schemas"]
+
+    config = schemas["RunSubmission"]["properties"]["config"]
+    assert config["$ref"] == "#/components/schemas/TurnConfig"
+    model = schemas["TurnConfig"]["properties"]["model"]
+    assert model["discriminator"]["propertyName"] == "provider"
+    plugin_providers = set(process_plugins([]).providers)  # the example plugin's echo, installed
+    assert plugin_providers
+    assert set(model["discriminator"]["mapping"]) == {"scripted", "openai", "anthropic", *plugin_providers}
+    assert "HTTPValidationError" not in schemas  # FastAPI's 422 body, which the API never sends
+
+
+def test_the_deployments_tools_and_base_urls_are_stated() -> None:
+    schemas = spec(model_base_urls='["http://127.0.0.1:11434/v1"]')["components"]["schemas"]
+
+    tools = schemas["TurnConfig"]["properties"]["tools"]
+    assert {"add", "sleep", "read_files"} <= set(tools["items"]["enum"]) and tools["uniqueItems"] is True
+    calls = schemas["ScriptedToolCall"]["anyOf"]
+    add = next(c for c in calls if c["properties"]["name"].get("const") == "add")
+    assert add["properties"]["args"]["required"] == ["a", "b"] and add["required"] == ["name", "args"]
+    openai = schemas["OpenAIModelConfig"]["properties"]
+    assert openai["base_url"]["enum"] == ["https://api.openai.com/v1", "http://127.0.0.1:11434/v1"]
+
+
+def test_input_has_min_length_1_and_owner_its_pattern() -> None:
+    submission = spec()["components"]["schemas"]["RunSubmission"]["properties"]
+
+    assert submission["input"]["minLength"] == 1
+    owner = next(o for o in submission["owner"]["anyOf"] if o.get("type") == "string")
+    assert owner["pattern"] == r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$" and owner["maxLength"] == 128
+
+
+@pytest.mark.parametrize(("value", "valid"), [("7", True), (" 7 ", True), ("", True), ("seven", False),
+                                              ("1234567890", False), ("-1", False), ("null", False)])
+def test_the_last_event_id_pattern_is_what_the_server_accepts(value: str, valid: bool) -> None:
+    (header,) = [
+        p
+        for _, _, op in operations(spec())
+        for p in op.get("parameters", [])
+        if p["in"] == "header" and p["name"] == "Last-Event-ID"
+    ]
+    assert header["schema"]["type"] == "string"  # absent or a string, never null
+
+    matches = re.search(header["schema"]["pattern"], value) is not None
+    try:
+        parse_last_event_id(value)
+        accepted = True
+    except ApiError:
+        accepted = False
+    assert matches == accepted == valid
+
+
+def test_every_operation_answers_500_and_503_with_the_error_body() -> None:
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    found = operations(spec())
+
+    assert found
+    for path, method, op in found:
+        for status in ("401", "413", "422", "500", "503"):
+            assert op["responses"][status]["content"] == error, (path, method, status)
+        assert ("404" in op["responses"]) == ("{" in path), (path, method)  # only where a path names an id
+        if method == "get" or path == "/v1/runs":  # nothing there is refused for the run's state
+            assert "409" not in op["responses"], (path, method)
+    answers = {f"/v1/runs/{{run_id}}/{name}" for name in ("deliveries", "prerequisites", "tool-results", "approvals")}
+    assert all("409" in op["responses"] for path, _, op in found if path in answers | {"/v1/runs/{run_id}/cancel"})
+
+
+def test_the_document_has_the_package_version_and_the_bearer_scheme() -> None:
+    document = spec()
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", document["info"]["version"])
+    assert document["components"]["securitySchemes"]["HTTPBearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "a token from AIDAWORK_API_TOKENS",
+    }

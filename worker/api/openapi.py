@@ -1,0 +1,196 @@
+"""The OpenAPI document of the HTTP API (``/openapi.json``), so that it states what the
+server enforces and nothing else: a client generated from it, or schemathesis, builds
+requests the API accepts, and the API refuses what it calls invalid.
+
+- ``config`` of a run request is ``TurnConfig`` (``runtime.config``): ``model`` is a
+  union tagged by ``provider``, closed over the providers this process validates: the
+  built-ins and those of the plugins it loaded (``AIDAWORK_PLUGINS`` and entry points,
+  ``runtime.plugins``). A provider the API process has not loaded is refused at submit,
+  so the document does not allow it either.
+- What depends on the deployment is stated from this process's settings: the tool names
+  (built-in and plugin tools; with ``AIDAWORK_MCP_SERVERS`` any name matching the tool
+  name pattern, as MCP tools are listed at run time), each tool's args in a scripted
+  turn, the base URLs a provider may call (the official one and
+  ``AIDAWORK_MODEL_BASE_URLS``) and the key references every owner may use (``default``
+  and the ``AIDAWORK_MODEL_KEYS`` names bound to ``"*"``; a key bound to owners is not
+  named in this unauthenticated document, though its owners may use it).
+- Every error answer of each operation, as it occurs (``ANSWERS``), with the error body
+  of ``worker.api.errors``; FastAPI's own validation-error schemas are dropped, since
+  the API never sends them.
+
+Rules no JSON Schema can tie together are in the descriptions: a scripted tool call names
+a tool enabled in ``tools`` or ``client_tools``; client tool names are distinct; ``owner``
+is the token's own; ``root_id`` is a Root of the token's owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from importlib.metadata import version
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from runtime.config import DEFAULT_KEY_REF, TOOL_NAME_PATTERN, turn_config_with
+from runtime.models.keys import ANY_OWNER, OFFICIAL_BASE_URLS
+from runtime.plugins import process_plugins
+from runtime.tools import BUILTIN_TOOLS, Tool
+from worker.api.errors import ErrorBody
+from worker.settings import Settings
+
+REF = "#/components/schemas/{model}"
+
+# Which error answers an operation can give, and why. The first four can answer any
+# /v1 request (the token is checked first; the body limit is a middleware; a crash or an
+# unreachable database can happen anywhere); the rest by what the operation has.
+ANSWERS_OF_EVERY_OPERATION: Mapping[int, str] = {
+    401: "missing or invalid bearer token (UNAUTHENTICATED, with WWW-Authenticate: Bearer)",
+    413: "the body is larger than AIDAWORK_API_MAX_BODY_BYTES (BODY_TOO_LARGE)",
+    500: "an internal error (INTERNAL_ERROR, logged as request_crashed)",
+    503: "a dependency is unavailable (DATABASE_UNAVAILABLE, TOOLSET_UNAVAILABLE, ...); retry later. Beyond "
+    "AIDAWORK_API_MAX_CONNECTIONS, uvicorn answers 503 in plain text and closes the connection",
+}
+ANSWERS_OF_A_BODY: Mapping[int, str] = {
+    400: "the body is not UTF-8 JSON (BODY_INVALID)",
+    408: "the body arrived too slowly (BODY_TIMEOUT; the connection is closed)",
+}
+ANSWER_OF_A_PARAMETER = (422, "an invalid field or parameter, named in error.field (REQUEST_INVALID, ...)")
+ANSWER_OF_A_PATH_ID = (404, "no such run or Root for this token's owner (RUN_NOT_FOUND, ROOT_NOT_FOUND)")
+
+
+def install(app: FastAPI, settings: Settings) -> None:
+    """Serve ``document(app, settings)`` as the app's OpenAPI document (built once)."""
+    built: dict[str, Any] = {}
+
+    def openapi() -> dict[str, Any]:
+        if not built:
+            built.update(document(app, settings))
+        return built
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def document(app: FastAPI, settings: Settings) -> dict[str, Any]:
+    spec = get_openapi(
+        title=app.title,
+        version=version("aidawork"),
+        summary=app.summary,
+        description=app.description,
+        routes=app.routes,
+    )
+    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    error_body = ErrorBody.model_json_schema(ref_template=REF)
+    schemas.update({**error_body.pop("$defs", {}), "ErrorBody": error_body})
+    _add_turn_config(schemas, settings)
+    for path, item in spec.get("paths", {}).items():
+        for operation in item.values():
+            _add_answers(path, operation)
+            for parameter in operation.get("parameters", []):
+                _not_null(parameter)
+    return spec
+
+
+# --- the run request's config --------------------------------------------------------------
+
+
+def _add_turn_config(schemas: dict[str, Any], settings: Settings) -> None:
+    plugins = process_plugins(settings.plugin_names)
+    model = turn_config_with([p.config_model for p in plugins.providers.values()])
+    config = model.model_json_schema(ref_template=REF)
+    defs = config.pop("$defs", {})
+    schemas.update(defs)
+    schemas["TurnConfig"] = config
+    config["title"] = "TurnConfig"
+    schemas["RunSubmission"]["properties"]["config"] = {
+        "$ref": REF.format(model="TurnConfig"),
+        "description": "what the run asks for (runtime.config.TurnConfig); each scripted tool call names a tool "
+        "enabled in tools or client_tools, and client tool names are distinct",
+    }
+    tools = [*BUILTIN_TOOLS, *plugins.tools]
+    open_names = bool(settings.mcp_servers)  # MCP tools are named at run time
+    _tool_names(config, schemas, tools, open_names)
+    _scripted_calls(schemas, tools, open_names)
+    for provider in ("openai", "anthropic"):
+        http = schemas[f"{'OpenAI' if provider == 'openai' else 'Anthropic'}ModelConfig"]["properties"]
+        allowed = list(dict.fromkeys([*OFFICIAL_BASE_URLS.get(provider, ()), *settings.model_base_urls]))
+        http["base_url"]["enum"] = allowed
+        http["base_url"]["description"] = "the official endpoint or one of AIDAWORK_MODEL_BASE_URLS"
+        shared = [name for name, (_, owners) in settings.named_model_keys.items() if ANY_OWNER in owners]
+        http["api_key_ref"] = {
+            "anyOf": [{"type": "string", "enum": [DEFAULT_KEY_REF, *shared]}, {"type": "null"}],
+            "default": DEFAULT_KEY_REF,
+            "description": "which configured key to send: default, a name from AIDAWORK_MODEL_KEYS (keys bound to "
+            "owners are not listed here), or null for none; never a key itself",
+        }
+
+
+def _tool_names(config: dict[str, Any], schemas: dict[str, Any], tools: Iterable[Tool], open_names: bool) -> None:
+    names = sorted(t.name for t in tools)
+    listed: dict[str, Any] = {"type": "string", "pattern": TOOL_NAME_PATTERN} if open_names else {"enum": names}
+    config["properties"]["tools"].update({"items": listed, "uniqueItems": True})
+    config["properties"]["tools"]["description"] = "server tools to enable, each once"
+    # A client tool may not take a server tool's name.
+    schemas["ClientToolSpec"]["properties"]["name"]["not"] = {"enum": names}
+
+
+def _scripted_calls(schemas: dict[str, Any], tools: Iterable[Tool], open_names: bool) -> None:
+    """A scripted tool call: for a server tool, its args as that tool's parameters say;
+    any other name is a client tool's (its args are checked against that tool's schema)."""
+    server = sorted(tools, key=lambda t: t.name)
+    variants: list[dict[str, Any]] = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t.name}, "args": t.parameters},
+            # args default to {}, which a tool with required args refuses
+            "required": ["name", "args"] if t.parameters.get("required") else ["name"],
+            "additionalProperties": False,
+        }
+        for t in server
+    ]
+    client_name: dict[str, Any] = {"type": "string", "pattern": TOOL_NAME_PATTERN}
+    if not open_names:
+        client_name["not"] = {"enum": [t.name for t in server]}
+    variants.append(
+        {
+            "type": "object",
+            "properties": {"name": client_name, "args": {"type": "object"}},
+            "required": ["name"],
+            "additionalProperties": False,
+        }
+    )
+    call = schemas["ScriptedToolCall"]
+    call["anyOf"] = variants
+    call["description"] = "a call of an enabled tool: its args valid for that tool's parameters"
+
+
+def _not_null(parameter: dict[str, Any]) -> None:
+    """An optional header or query parameter is absent or a string, never null: FastAPI
+    writes ``anyOf: [..., {"type": "null"}]`` for ``str | None``, which would have a
+    client send the text ``null``."""
+    schema = parameter.get("schema", {})
+    options = [o for o in schema.get("anyOf", []) if o != {"type": "null"}]
+    if len(options) == 1 and len(options) < len(schema["anyOf"]):
+        del schema["anyOf"]
+        schema.update(options[0])
+
+
+# --- the error answers ------------------------------------------------------------------------
+
+
+def _add_answers(path: str, operation: dict[str, Any]) -> None:
+    if not path.startswith("/v1/"):
+        return
+    responses: dict[str, Any] = operation.setdefault("responses", {})
+    answers = dict(ANSWERS_OF_EVERY_OPERATION)
+    if "requestBody" in operation:
+        answers.update(ANSWERS_OF_A_BODY)
+    if "requestBody" in operation or operation.get("parameters"):
+        answers[ANSWER_OF_A_PARAMETER[0]] = ANSWER_OF_A_PARAMETER[1]
+    if any(p.get("in") == "path" for p in operation.get("parameters", [])):
+        answers[ANSWER_OF_A_PATH_ID[0]] = ANSWER_OF_A_PATH_ID[1]
+    error = {"application/json": {"schema": {"$ref": REF.format(model="ErrorBody")}}}
+    for status, why in answers.items():  # replacing FastAPI's 422 (never sent)
+        responses[str(status)] = {"description": why, "content": error}

@@ -179,3 +179,22 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
     body = response.json()
     assert set(body) == {"error"} and {"code", "message", "field"} <= set(body["error"]), body
     return body["error"]  # type: ignore[no-any-return]
+
+
+def in_process_request(method: str, url: str, settings: Any, **kwargs: Any) -> httpx.Response:
+    """One request to an API app built from ``settings`` in process (ASGI, no sockets),
+    whose store may not be touched (``no_store``)."""
+    import anyio
+
+    from worker.api import create_app
+
+    app = create_app(settings, no_store)
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            response = await http.request(method, url, **kwargs)
+            await response.aread()
+            return response
+
+    return anyio.run(go)

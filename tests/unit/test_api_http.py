@@ -14,28 +14,19 @@ import httpx
 import pytest
 
 from schema.wire import RunRequest
-from tests.support.api import TOKEN, error_of, no_store
+from tests.support.api import TOKEN, error_of, in_process_request, no_store
 from worker.api import create_app
 from worker.api.models import RunSubmission
 from worker.settings import Settings
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 LIMIT = 4096
-VALID = {"input": "go", "config": {"model": {"provider": "scripted", "turns": [{"content": "hi"}]}}}
 
 
 def request(method: str, url: str, settings: Settings | None = None, **kwargs: Any) -> httpx.Response:
     settings = settings or Settings(api_tokens=json.dumps({TOKEN: "team-a"}), api_max_body_bytes=LIMIT)
-    app = create_app(settings, no_store)
-
-    async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app, raise_app_exceptions=True)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
-            response = await http.request(method, url, **kwargs)
-            await response.aread()
-            return response
-
-    return anyio.run(go)
+    return in_process_request(method, url, settings, **kwargs)
+VALID = {"input": "go", "config": {"model": {"provider": "scripted", "turns": [{"content": "hi"}]}}}
 
 
 @pytest.mark.parametrize(

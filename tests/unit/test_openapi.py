@@ -105,3 +105,43 @@ def test_the_document_has_the_package_version_and_the_bearer_scheme() -> None:
         "scheme": "bearer",
         "description": "a token from AIDAWORK_API_TOKENS",
     }
+
+
+WEBHOOK_PREFIXES = "https://hooks.example.com,http://127.0.0.1:9000/hooks/"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.example.com",
+        "https://hooks.example.com/a?b=c",
+        "https://hooks.example.com.evil.net/",
+        "https://hooks.example.com@evil.net/",
+        "http://127.0.0.1:9000/hooks/abc",
+        "http://127.0.0.1:9000/hooks/a b",
+        "http://127.0.0.1:9000/other",
+    ],
+)
+def test_the_webhook_url_pattern_allows_what_submit_allows(url: str) -> None:
+    from worker.webhooks.policy import WebhookRefused, check_webhook_url
+
+    settings = {"webhook_urls": WEBHOOK_PREFIXES, "webhook_secret": "w" * 20}
+    pattern = spec(**settings)["components"]["schemas"]["Webhook"]["properties"]["url"]["pattern"]
+    try:
+        check_webhook_url(url, Settings(**settings).webhook_prefixes)
+        allowed = True
+    except WebhookRefused:
+        allowed = False
+    assert bool(re.match(pattern, url)) is allowed
+
+
+def test_without_webhook_prefixes_a_run_may_carry_no_webhook() -> None:
+    assert spec()["components"]["schemas"]["RunSubmission"]["properties"]["webhook"]["type"] == "null"
+
+
+def test_a_wrong_method_answers_with_every_method_of_the_path() -> None:
+    from tests.support.api import in_process_request
+
+    response = in_process_request("DELETE", "/v1/runs", Settings(api_tokens=json.dumps({TOKEN: "team-a"})))
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "GET, POST"

@@ -7,11 +7,12 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from typing import Any
 
+import httpx
 import pytest
 
-from tests.support.api import TOKEN, error_of, no_store
-from tests.unit.test_api_http import request
+from tests.support.api import TOKEN, error_of, in_process_request, no_store
 from worker.api import create_app
 from worker.api.errors import ApiError
 from worker.api.stream_tokens import StreamTokens
@@ -20,6 +21,10 @@ from worker.settings import Settings
 SECRET = b"s" * 32
 RUN = uuid.UUID(int=7)
 NOW = 1_800_000_000.0
+
+
+def request(method: str, url: str, settings: Settings | None = None, **kwargs: Any) -> httpx.Response:
+    return in_process_request(method, url, settings or Settings(api_tokens=json.dumps({TOKEN: "team-a"})), **kwargs)
 
 
 def refusal(tokens: StreamTokens, token: str, run_id: uuid.UUID = RUN, now: float = NOW) -> str:

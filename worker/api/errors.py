@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
@@ -137,7 +138,26 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     if parse_refusal is not None:
         return await _on_api_error(request, parse_refusal)
     code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, f"HTTP_{exc.status_code}")
-    return error_response(exc.status_code, code, str(exc.detail), **(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return error_response(exc.status_code, code, str(exc.detail), **headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method of the path, not only those of the first route that matched it
+    (``GET /v1/runs`` and ``POST /v1/runs`` are two routes, of two routers)."""
+    methods: set[str] = set()
+    pending = list(request.app.router.routes)
+    while pending:
+        route = pending.pop()
+        # An included router (FastAPI keeps it whole) holds its own routes.
+        nested = getattr(getattr(route, "original_router", route), "routes", None)
+        if nested is not None:
+            pending.extend(nested)
+        elif route.matches(request.scope)[0] is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
 
 
 async def _on_database_down(request: Request, exc: Exception) -> Response:

@@ -25,9 +25,11 @@ is the token's own; ``root_id`` is a Root of the token's owner.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from importlib.metadata import version
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -85,12 +87,34 @@ def document(app: FastAPI, settings: Settings) -> dict[str, Any]:
     error_body = ErrorBody.model_json_schema(ref_template=REF)
     schemas.update({**error_body.pop("$defs", {}), "ErrorBody": error_body})
     _add_turn_config(schemas, settings)
+    _add_webhook(schemas, settings)
     for path, item in spec.get("paths", {}).items():
         for operation in item.values():
             _add_answers(path, operation)
             for parameter in operation.get("parameters", []):
                 _not_null(parameter)
     return spec
+
+
+# --- the run request's webhook -------------------------------------------------------------
+
+# What follows an allowed prefix: no spaces or control characters (worker.webhooks.policy).
+_URL_REST = r"[^\s\x00-\x1f\x7f]*"
+
+
+def _add_webhook(schemas: dict[str, Any], settings: Settings) -> None:
+    """``webhook.url`` starts with one of ``AIDAWORK_WEBHOOK_URLS`` (a prefix without a
+    path ends at the host); with none set, a run may carry no webhook."""
+    prefixes = settings.webhook_prefixes
+    submission = schemas["RunSubmission"]["properties"]
+    if not prefixes:
+        submission["webhook"] = {"type": "null", "description": "webhooks are not enabled here (AIDAWORK_WEBHOOK_URLS)"}
+        return
+    starts = [re.escape(p) + (_URL_REST if urlsplit(p).path or p.endswith("/") else f"(?:[/?#]{_URL_REST})?")
+              for p in prefixes]
+    url = schemas["Webhook"]["properties"]["url"]
+    url["pattern"] = "^(?:" + "|".join(starts) + ")$"
+    url["description"] = "under one of AIDAWORK_WEBHOOK_URLS (a prefix without a path ends at the host)"
 
 
 # --- the run request's config --------------------------------------------------------------

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.support.api import ApiServer, free_port
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, assert_json_lines
 from tests.support.env import BROKER_URL, REPO, WAIT_S, make_context, unavailable
 from tests.support.wait import wait_until
 
@@ -89,3 +89,4 @@ def flower(db_url: str, redis_clean: None, tmp_path: Path) -> Iterator[httpx.Cli
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+        assert_json_lines("flower", log_path)

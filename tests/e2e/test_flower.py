@@ -1,15 +1,15 @@
-"""Flower (``aidawork flower``) on the same broker sees the real workers and every round
-task, and a round task's arguments are ids only: no prompt or input text reaches the
-broker or Flower."""
+"""Flower (``aidawork flower``) on the same broker sees the real workers (by their stable
+node names) and every round task, and a round task's arguments are ids only: no prompt or
+input text reaches the broker or Flower. The reconciler's ticks (``aidawork beat``) are no
+tasks, so they are absent from Flower's task list."""
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import httpx
 
-from tests.support.cluster import Cluster, wait_ready
+from tests.support.cluster import Cluster, node_name, wait_events, wait_ready
 from tests.support.db import wait_terminal
 from tests.support.env import WAIT_S
 from tests.support.requests import scripted_request
@@ -20,12 +20,18 @@ SECRET_INPUT = "input-text-that-must-stay-out-of-task-args-7f3a"
 SECRET_PROMPT = "system-prompt-that-must-stay-out-of-task-args-91c2"
 
 
-def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only(
+ROUND_TASKS = {"aidawork.run_round", "aidawork.resume_round"}
+
+
+def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only_and_no_reconcile_ticks(
     flower: httpx.Client, cluster: Cluster, ctx
 ) -> None:
-    proc = cluster.start_worker("w1", concurrency=2)
+    cluster.start_worker("w1", concurrency=2)
+    cluster.start_beat()  # reconciles every 0.5 s (FAST_ENV) while Flower listens
     wait_ready(cluster, "w1")
-    node = f"aidawork-{proc.pid}@{socket.gethostname()}"
+    node = node_name("w1")
+    # Its first pass ran (a flushed broker counts as reset): the ticks are under way.
+    wait_events(cluster, "beat", "broker_reset_detected", count=1)
 
     def worker_listed() -> dict[str, Any] | None:
         workers = flower.get("/api/workers", params={"refresh": "1"})
@@ -62,3 +68,8 @@ def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only(
         assert task["worker"] == node
         shown = f"{task['args']} {task['kwargs']}"
         assert SECRET_INPUT not in shown and SECRET_PROMPT not in shown and "echo" not in shown
+
+    # Seconds of reconcile ticks later, Flower's whole task list is rounds only.
+    listed = flower.get("/api/tasks").json()
+    assert {t["name"] for t in listed.values()} <= ROUND_TASKS, listed
+    assert len(listed) == 2

@@ -10,8 +10,13 @@ receiver) and to print no banner (``--quiet``; the banner's facts are in the
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import signal
+import sys
 import threading
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from typing import Any
@@ -41,6 +46,27 @@ def _celery_keeps_our_logging() -> None:
 
 def _leave_logging_alone(**_: Any) -> None:
     return None
+
+
+def _celery_says_json() -> None:
+    # The worker's shutdown notices ("worker: Warm shutdown (MainProcess)") and its SIGUSR1
+    # stack dump bypass logging: celery.apps.worker.safe_say writes plain text straight to
+    # a file descriptor, from a signal handler. Ours writes one JSON line the same way
+    # (os.write, no logging lock taken inside a signal handler).
+    import celery.apps.worker as celery_worker
+
+    celery_worker.safe_say = _say_as_json
+
+
+def _say_as_json(msg: str, f: Any = None) -> None:
+    line = {
+        "event": msg.strip(),
+        "logger": "celery.apps.worker",
+        "level": "warning",
+        "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+    }
+    with contextlib.suppress(OSError):  # as Celery's: losing the notice must not stop the shutdown
+        os.write(sys.__stderr__.fileno() if sys.__stderr__ else 2, (json.dumps(line) + "\n").encode())
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -77,6 +103,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except Exception as exc:
         log.warning("worker_registration_deferred", error=type(exc).__name__)
     _celery_keeps_our_logging()
+    _celery_says_json()
     log.info("worker_started", node=node, concurrency=concurrency, queues=[ROUNDS_QUEUE], version=aidawork_version())
     try:
         get_app().start(

@@ -4,7 +4,8 @@ Each writes only JSON log lines (``worker.logging``): the CLI configures logging
 any of these runs, Celery is told to leave logging alone (``setup_logging`` has a
 receiver) and to print no banner (``--quiet``; the banner's facts are in the
 ``worker_started`` line instead), and Tornado (Flower) is told not to add its own handler
-(``--logging=none``). A refusal to start is a JSON ``start_refused`` line (``worker.cli``).
+(``--logging=none``; Flower's own banner is log lines, kept). A refusal to start is a
+JSON ``start_refused`` line (``worker.cli``).
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def cmd_flower(args: argparse.Namespace) -> int:
     from worker.app import get_app
 
     settings = get_settings()
-    argv = ["--quiet", "flower", f"--port={args.port}", f"--address={args.address}", "--logging=none"]
+    # Flower's banner is log lines (JSON here), so it is kept, unlike Celery's printed ones.
+    argv = ["flower", f"--port={args.port}", f"--address={args.address}", "--logging=none"]
     if settings.flower_basic_auth is not None:
         # In-process: the credentials never appear on a command line (ps) or in a log.
         argv.append(f"--basic-auth={settings.flower_basic_auth.get_secret_value()}")

@@ -46,15 +46,32 @@ def _json_handler() -> logging.Handler:
     return handler
 
 
-def configure_logging(level: str = "INFO") -> None:
+def configure_logging(level: str = "INFO", *, whole_process: bool = True) -> None:
     """Route every logger of this process to one JSON handler on stderr, at ``level``.
-    Safe to call again (a later call replaces the handler and the level)."""
+    Safe to call again (a later call replaces the handler and the level).
+
+    ``whole_process=False`` is for the client library inside someone else's program: an
+    application that configured logging keeps its handlers, its level, its warnings and
+    its excepthooks, and our lines are JSON printed to stderr beside them."""
     root = logging.getLogger()
+    if not whole_process and root.handlers:
+        structlog.configure(
+            processors=[  # _SHARED but the logger name, which needs a stdlib logger
+                structlog.contextvars.merge_contextvars,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(),
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
+            logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+            cache_logger_on_first_use=True,
+        )
+        return
     for old in list(root.handlers):  # basicConfig or an earlier call
         root.removeHandler(old)
     root.addHandler(_json_handler())
     root.setLevel(level)
-    logging.captureWarnings(True)
     structlog.configure(
         processors=[
             *_SHARED,
@@ -65,6 +82,9 @@ def configure_logging(level: str = "INFO") -> None:
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
+    if not whole_process:
+        return
+    logging.captureWarnings(True)
     sys.excepthook = _log_uncaught
     threading.excepthook = _log_uncaught_in_thread
 

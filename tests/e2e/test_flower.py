@@ -1,10 +1,12 @@
 """Flower (``aidawork flower``) on the same broker sees the real workers (by their stable
 node names) and every round task, and a round task's arguments are ids only: no prompt or
 input text reaches the broker or Flower. The reconciler's ticks (``aidawork beat``) are no
-tasks, so they are absent from Flower's task list."""
+tasks, so they are absent from Flower's task list. With AIDAWORK_FLOWER_BASIC_AUTH,
+Flower refuses requests without the credentials (and never logs them)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +14,7 @@ import httpx
 from tests.support.cluster import Cluster, node_name, wait_events, wait_ready
 from tests.support.db import wait_terminal
 from tests.support.env import WAIT_S
+from tests.support.flower import running_flower
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
@@ -73,3 +76,16 @@ def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only_and_no_
     listed = flower.get("/api/tasks").json()
     assert {t["name"] for t in listed.values()} <= ROUND_TASKS, listed
     assert len(listed) == 2
+
+
+def test_flower_with_basic_auth_refuses_requests_without_the_credentials(db_url: str, redis_clean: None,
+                                                                         tmp_path: Path) -> None:
+    password = "flower-password-" + "5e1d" * 4
+    log_path = tmp_path / "flower.log"
+    with running_flower(db_url, log_path, {"AIDAWORK_FLOWER_BASIC_AUTH": f"ops:{password}"}) as http:
+        assert http.get("/api/workers").status_code == 401
+        assert http.get("/", auth=("ops", "wrong")).status_code == 401
+        assert http.get("/api/workers", auth=("ops", password)).status_code == 200
+        assert http.get("/healthcheck").status_code == 200  # compose's probe needs no credentials
+    logged = log_path.read_text()
+    assert '"basic_auth": true' in logged and password not in logged

@@ -11,7 +11,9 @@
 - JSON only, and task arguments are ids only (run id, boundary), so Flower never shows
   prompts, file bodies or secrets.
 - Task events on (``worker_send_task_events``, ``task_send_sent_event``): Flower sees
-  every task from sent to succeeded.
+  every task from sent to succeeded. The only tasks are rounds (run and resume): the
+  reconciler is no task, it runs inside ``aidawork beat`` on its timer
+  (``worker.reconcile``), so Flower lists work, not ticks.
 - No result backend: outcomes live in PostgreSQL.
 - Publishing retries for a few seconds while the broker is unreachable
   (``PUBLISH_RETRY_POLICY``); past that, ``send_or_defer`` marks the run due for the
@@ -38,10 +40,8 @@ from schema.wire import OriginalToolRoundResume
 from worker.settings import Settings, get_settings
 
 ROUNDS_QUEUE = "aidawork.rounds"
-CONTROL_QUEUE = "aidawork.control"
 RUN_ROUND_TASK = "aidawork.run_round"
 RESUME_ROUND_TASK = "aidawork.resume_round"
-RECONCILE_TASK = "aidawork.reconcile"
 
 # Visibility timeout of the Redis transport: an unacknowledged message is redelivered
 # after this long. Kept long: PostgreSQL leases, not the broker, decide when a round is
@@ -74,30 +74,22 @@ def create_app(settings: Settings) -> Celery:
         task_ignore_result=True,
         result_backend=None,
         task_default_queue=ROUNDS_QUEUE,
-        task_routes={RECONCILE_TASK: {"queue": CONTROL_QUEUE}},
+        # Logging is worker.logging's (JSON lines); Celery leaves the root logger and
+        # stdout alone.
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
-        beat_scheduler="celery.beat:Scheduler",  # in memory: the schedule is static
-        beat_schedule={
-            "reconcile": {
-                "task": RECONCILE_TASK,
-                "schedule": settings.reconcile_interval_s,
-                # A reconcile nobody ran in time is superseded by the next one.
-                "options": {"expires": settings.reconcile_interval_s * 2},
-            }
-        },
         include=["worker.tasks"],
     )
     return app
 
 
-_apps: dict[tuple[str, float], Celery] = {}
+_apps: dict[str, Celery] = {}
 _apps_lock = threading.Lock()
 
 
 def app_for(settings: Settings) -> Celery:
-    """The app of this process for ``settings``' broker (and beat interval), built once."""
-    key = (settings.broker_url, settings.reconcile_interval_s)
+    """The app of this process for ``settings``' broker, built once."""
+    key = settings.broker_url
     with _apps_lock:
         if key not in _apps:
             _apps[key] = create_app(settings)

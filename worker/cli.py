@@ -3,6 +3,12 @@
 Exit codes: 0 success; 2 bad input (invalid request, delivery, prerequisite value or answer,
 unknown run, a refused delivery or answer), always as one ``aidawork: error:`` line naming
 the field; 1 anything else.
+
+Logging: every process logs JSON lines on stderr (``worker.logging``), at
+``AIDAWORK_LOG_LEVEL``; client commands log warnings and errors only, their results go to
+stdout. The long-running commands (``worker.processes``: migrate, worker, beat, flower,
+api) write nothing but JSON lines, so a refusal to start is a ``start_refused`` line
+(``error`` says why) rather than the ``aidawork: error:`` line of the client commands.
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ from schema.store.errors import RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RunEvent
 from worker.logging import configure_logging
+from worker.processes import aidawork_version, cmd_api, cmd_beat, cmd_flower, cmd_migrate, cmd_worker
 from worker.settings import Settings, SettingsError, get_settings
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
+# The long-running processes: nothing but JSON lines on stderr, refusals included.
+PROCESS_COMMANDS = frozenset({"migrate", "worker", "beat", "flower", "api", "webhooks"})
 CLIENT_COMMANDS = frozenset(
     {"submit", "status", "watch", "cancel", "deliver", "resolve", "tool-result", "retry-tool", "approve", "reject"}
 )
@@ -39,8 +48,14 @@ class InputError(Exception):
     """Bad input on the command line (exit code 2)."""
 
 
+_command: str | None = None  # the command main() runs: how _err reports
+
+
 def _err(message: str, code: int) -> int:
-    print(f"aidawork: error: {message}", file=sys.stderr)
+    if _command in PROCESS_COMMANDS:
+        structlog.get_logger("aidawork.cli").error("start_refused", command=_command, error=message, exit_code=code)
+    else:
+        print(f"aidawork: error: {message}", file=sys.stderr)
     return code
 
 
@@ -49,59 +64,6 @@ def _run_id(raw: str) -> UUID:
         return UUID(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a run id: {raw!r}") from None
-
-
-def cmd_migrate(args: argparse.Namespace) -> int:
-    from schema.migrate import ensure_database, upgrade_head
-
-    url = get_settings().database_url
-    created = ensure_database(url)
-    upgrade_head(url)
-    print(("created and " if created else "") + "migrated the database to head")
-    return EXIT_OK
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    import os
-
-    from worker.app import CONTROL_QUEUE, ROUNDS_QUEUE, get_app
-    from worker.bootstrap import get_context, serve_metrics, set_process_threads
-
-    concurrency = args.concurrency or get_settings().worker_concurrency
-    set_process_threads(concurrency)
-    # In the workers registry from the start, so a death even before its first round is
-    # seen (schema.store.workers); a warm shutdown says it stopped on purpose. With the
-    # database unavailable the worker starts all the same and registers at its first claim.
-    leases = get_context().leases
-    try:
-        leases.register()
-    except Exception as exc:
-        structlog.get_logger("aidawork.cli").warning("worker_registration_deferred", error=type(exc).__name__)
-    serve_metrics(get_context())  # before Celery starts: a port in use fails the start, loudly
-    try:
-        get_app().worker_main(
-            [
-                "worker",
-                "--pool=threads",
-                f"--concurrency={concurrency}",
-                f"--queues={ROUNDS_QUEUE},{CONTROL_QUEUE}",
-                f"--hostname=aidawork-{os.getpid()}@%h",
-                f"--loglevel={args.loglevel}",
-                "--task-events",
-                "--without-mingle",
-                "--without-gossip",
-            ]
-        )
-    finally:
-        leases.stop()
-    return EXIT_OK
-
-
-def cmd_beat(args: argparse.Namespace) -> int:
-    from worker.app import get_app
-
-    get_app().start(["beat", f"--loglevel={args.loglevel}"])
-    return EXIT_OK
 
 
 def cmd_webhooks(args: argparse.Namespace) -> int:
@@ -127,24 +89,6 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
         Deliverer(engine, settings).run(stop)
     finally:
         engine.dispose()
-    return EXIT_OK
-
-
-def cmd_flower(args: argparse.Namespace) -> int:
-    from worker.app import get_app
-
-    get_app().start(["flower", f"--port={args.port}", f"--address={args.address}"])
-    return EXIT_OK
-
-
-def cmd_api(args: argparse.Namespace) -> int:
-    from worker.api import create_app
-    from worker.api.server import serve
-
-    settings = get_settings()
-    if not settings.api_token_owners:
-        return _err("AIDAWORK_API_TOKENS is not set: give it a JSON object {token: owner}", EXIT_INPUT)
-    serve(create_app(settings), settings, host=args.host, port=args.port)
     return EXIT_OK
 
 
@@ -438,16 +382,21 @@ def _answer_parser(sub: Any, name: str, fn: Callable[[argparse.Namespace], int],
     return p
 
 
+def _cmd_api(args: argparse.Namespace) -> int:
+    if not get_settings().api_token_owners:
+        return _err("AIDAWORK_API_TOKENS is not set: give it a JSON object {token: owner}", EXIT_INPUT)
+    return cmd_api(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aidawork", description="AIDAWORK: durable LLM agent runs.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {aidawork_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("migrate", help="create the database if needed and run the migrations").set_defaults(fn=cmd_migrate)
     p = sub.add_parser("worker", help="start a Celery worker (threads pool)")
     p.add_argument("--concurrency", type=int, default=None, help="threads (default AIDAWORK_WORKER_CONCURRENCY)")
-    p.add_argument("--loglevel", default="WARNING")
     p.set_defaults(fn=cmd_worker)
-    p = sub.add_parser("beat", help="start the scheduler that runs the reconciler")
-    p.add_argument("--loglevel", default="WARNING")
+    p = sub.add_parser("beat", help="run the reconciler every AIDAWORK_RECONCILE_INTERVAL_S (one per deployment)")
     p.set_defaults(fn=cmd_beat)
     sub.add_parser(
         "webhooks", help="start the webhook deliverer (POSTs the outbox's due deliveries, signed)"
@@ -459,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("api", help="start the HTTP API (uvicorn); tokens from AIDAWORK_API_TOKENS")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--host", default="127.0.0.1")
-    p.set_defaults(fn=cmd_api)
+    p.set_defaults(fn=_cmd_api)
     p = sub.add_parser("submit", help="submit a run request (JSON file, or - for stdin); prints the run id")
     p.add_argument("file")
     p.set_defaults(fn=cmd_submit)
@@ -521,13 +470,15 @@ def _prepare_process(command: str, settings: Settings) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global _command
     args = build_parser().parse_args(argv)
+    _command = args.command
+    # Client commands print results on stdout; only warnings go to stderr. Logging is set
+    # up before the settings are read, so even a refused setting is a JSON line.
+    configure_logging("WARNING" if args.command in CLIENT_COMMANDS else "INFO")
     try:
         settings = get_settings()
-        if args.command in CLIENT_COMMANDS:
-            # Client commands print results on stdout; only warnings go to stderr.
-            configure_logging("WARNING")
-        else:
+        if args.command not in CLIENT_COMMANDS:
             configure_logging(settings.log_level)
         problem = _prepare_process(args.command, settings)
         if problem is not None:

@@ -125,7 +125,7 @@ class ProcessContext(Generic[C]):
                 if self._context is None:
                     settings = get_settings()
                     if not structlog.is_configured():
-                        configure_logging(settings.log_level)
+                        configure_logging(settings.log_level, whole_process=False)
                     self._context = self._build(settings)
         return self._context
 

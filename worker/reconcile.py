@@ -1,4 +1,4 @@
-"""The periodic repair (run by Celery beat every AIDAWORK_RECONCILE_INTERVAL_S): re-send
+"""The periodic repair (run inside ``aidawork beat`` every AIDAWORK_RECONCILE_INTERVAL_S): re-send
 the round task of every run that should be executing but has no live task - its lease
 expired (a crashed or paused worker) or its last message was never claimed (lost in the
 broker, or the sender died between commit and send). A run whose suspended round has
@@ -10,10 +10,18 @@ the broker's Redis is gone. That pass re-sends every ready run at once instead o
 the dispatch grace (a duplicate of a message that did survive is dropped at its claim).
 
 Each pass also forgets the registry rows of workers silent for a day
-(``schema.store.workers``)."""
+(``schema.store.workers``).
+
+The passes run in the beat process itself, on its timer, not as Celery tasks: a tick is
+no task message, so Flower's task list shows rounds only, and a pass never waits for a
+free worker thread. A pass that fails (database or broker unreachable) is logged and the
+next one runs on time: beat outlives the outage it exists to repair. Run one beat per
+deployment; a second one would only send duplicates, which their claims drop."""
 
 from __future__ import annotations
 
+import threading
+import time
 from functools import cache, partial
 from uuid import uuid4
 
@@ -24,7 +32,7 @@ from schema.store.leases import due_for_dispatch
 from schema.store.suspensions import pending_resumes, resume_if_ready, suspended_with_all_inputs
 from schema.store.workers import forget_old_workers
 from worker.app import send_or_defer
-from worker.bootstrap import WorkerContext
+from worker.client_context import ClientContext
 
 log = structlog.get_logger("aidawork.reconcile")
 BROKER_EPOCH_KEY = "aidawork:broker-epoch"
@@ -40,7 +48,8 @@ def broker_was_reset(broker_url: str) -> bool:
     return bool(_broker(broker_url).set(BROKER_EPOCH_KEY, uuid4().hex, nx=True))
 
 
-def reconcile(ctx: WorkerContext) -> int:
+def reconcile(ctx: ClientContext) -> int:
+    """One pass; how many runs were due for a re-send."""
     grace_s = ctx.settings.dispatch_grace_s
     if broker_was_reset(ctx.settings.broker_url):
         log.warning("broker_reset_detected", detail="queued messages may be lost: every ready run is re-sent now")
@@ -60,3 +69,20 @@ def reconcile(ctx: WorkerContext) -> int:
             log.info("run_redispatched", run_id=str(run_id), resume=True)
     forget_old_workers(ctx.engine)
     return len(due)
+
+
+def reconcile_periodically(ctx: ClientContext, stop: threading.Event) -> int:
+    """A pass every ``reconcile_interval_s`` (measured start to start) until ``stop`` is
+    set; how many passes ran."""
+    interval_s = ctx.settings.reconcile_interval_s
+    passes = 0
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            reconcile(ctx)
+        except Exception as exc:
+            # e.g. OperationalError: its text names the server, never the password.
+            log.warning("reconcile_failed", error=type(exc).__name__, detail=str(getattr(exc, "orig", exc))[:300])
+        passes += 1
+        stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+    return passes

@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     database_pool_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     # Behind PgBouncer in transaction pooling mode: no server-side prepared statements.
     database_pgbouncer: bool = False
+    # The one log level of every process (worker, beat, api, flower, migrate, CLI), for our
+    # own lines and for every library's (Celery, kombu, uvicorn, Tornado, Alembic) alike.
+    # Client commands of the CLI log only warnings and errors, whatever this says: their
+    # results are their output.
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
     # Prometheus: the port on which THIS worker process serves /metrics (on all
     # interfaces; unset: no endpoint). Several worker processes on one host each get their
@@ -122,6 +126,15 @@ class Settings(BaseSettings):
     )
     otel_traces_exporter: str | None = Field(default=None, validation_alias="OTEL_TRACES_EXPORTER")
     otel_service_name: str | None = Field(default=None, validation_alias="OTEL_SERVICE_NAME")
+    # The Celery node name of `aidawork worker`, as Flower and remote control show it;
+    # ``%h`` is the host name. Stable across restarts, so a restarted worker is the same
+    # row in Flower. Two workers on one host need distinct names (``w1@%h``, ``w2@%h``):
+    # Celery tells nodes apart by this name only.
+    worker_name: str = Field(default="aidawork@%h", pattern=r"^[A-Za-z0-9_.%-]+@[A-Za-z0-9_.%-]+$")
+    # Flower's HTTP basic auth (`aidawork flower`), ``user:password`` (several pairs
+    # comma-separated). Unset: no authentication, so only bind Flower to loopback then.
+    # Secret: never logged; passed to Flower in-process, not on a command line.
+    flower_basic_auth: SecretStr | None = None
     # Plugins to load at start, a comma-separated list of importable modules (more are
     # found through the ``aidawork.plugins`` entry points of installed packages). Every
     # process of a deployment (worker, API, CLI, client) needs the same list.
@@ -241,6 +254,15 @@ class Settings(BaseSettings):
         unknown = {p.strip().partition("@")[0] for p in value.split(",") if p.strip()} - FAILPOINTS
         if unknown:
             raise ValueError(f"unknown failpoints {sorted(unknown)} (known: {sorted(FAILPOINTS)})")
+        return value
+
+    @field_validator("flower_basic_auth")
+    @classmethod
+    def _user_password_pairs(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            pairs = value.get_secret_value().split(",")
+            if not all(user and password for user, _, password in (p.partition(":") for p in pairs)):
+                raise ValueError("expected user:password (several comma-separated)")
         return value
 
     @field_validator("api_tokens")

@@ -21,10 +21,9 @@ from runtime.errors import AidaworkError, RequestInvalid
 from runtime.resume import ResumeRefused
 from schema.store.errors import FenceLost
 from schema.wire import RoundTask
-from worker.app import RECONCILE_TASK, RESUME_ROUND_TASK, RUN_ROUND_TASK, app
+from worker.app import RESUME_ROUND_TASK, RUN_ROUND_TASK, app
 from worker.bootstrap import get_context
 from worker.logging import bind, clear
-from worker.reconcile import reconcile
 from worker.resume import execute_resume, parse_resumes
 from worker.round import execute_round
 
@@ -170,9 +169,3 @@ class ResumeRoundWorker(RunExecutionWorker):
 
 
 app.register_task(ResumeRoundWorker())
-
-
-@app.task(name=RECONCILE_TASK, ignore_result=True)  # type: ignore[untyped-decorator]
-def reconcile_task() -> int:
-    clear()
-    return reconcile(get_context())

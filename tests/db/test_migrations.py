@@ -14,6 +14,7 @@ from sqlalchemy import Engine, create_engine, text
 
 from schema.migrate import alembic_config
 from schema.tables import metadata
+from tests.support.cluster import non_json_lines
 from tests.support.env import PG_BASE, REPO, admin_engine
 
 MIGRATORS = 3
@@ -61,6 +62,9 @@ def test_concurrent_migrate_commands_all_succeed_and_migrate_once(fresh_db_name:
     outputs = [m.communicate(timeout=120)[0].decode(errors="replace") for m in migrators]
 
     assert [m.returncode for m in migrators] == [0] * MIGRATORS, outputs
+    # Our lines and Alembic's alike: JSON objects only, on stdout and stderr.
+    assert [non_json_lines(out) for out in outputs] == [[]] * MIGRATORS, outputs
+    assert all('"event": "database_migrated"' in out for out in outputs), outputs
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     engine = create_engine(url)
     try:

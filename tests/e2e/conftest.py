@@ -3,10 +3,6 @@ Flower processes. Marked ``e2e`` (see tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.api import ApiServer, free_port
+from tests.support.api import ApiServer
 from tests.support.cluster import Cluster
-from tests.support.env import BROKER_URL, REPO, WAIT_S, make_context, unavailable
-from tests.support.wait import wait_until
+from tests.support.env import BROKER_URL, make_context, unavailable
+from tests.support.flower import running_flower
 
 
 @pytest.fixture
@@ -58,34 +54,5 @@ def api(db_url: str, redis_clean: None, tmp_path: Path) -> Iterator[ApiServer]:
 
 @pytest.fixture
 def flower(db_url: str, redis_clean: None, tmp_path: Path) -> Iterator[httpx.Client]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIDAWORK_", "FLOWER_"))}
-    env.update({"AIDAWORK_BROKER_URL": BROKER_URL, "AIDAWORK_DATABASE_URL": db_url, "FLOWER_UNAUTHENTICATED_API": "1"})
-    log_path = tmp_path / "flower.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "flower", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0)
-    try:
-
-        def up() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"flower exited with {proc.returncode}: {log_path.read_text()}")
-            try:
-                return http.get("/healthcheck").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(up, timeout_s=WAIT_S, interval_s=0.1, what="Flower to answer /healthcheck")
+    with running_flower(db_url, tmp_path / "flower.log", {"FLOWER_UNAUTHENTICATED_API": "1"}) as http:
         yield http
-    finally:
-        http.close()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)

@@ -47,7 +47,7 @@ def test_crash_at_failpoint_run_completes_on_another_worker(cluster: Cluster, ct
     assert [(e["boundary_seq"], e["claim_fence"], e["attempt"]) for e in a_claims] == [(0, 1, 1)]
     committed_by_a = failpoint in ("after_commit", "after_enqueue")
     assert len(events(cluster, "a", "round_committed")) == int(committed_by_a)
-    # (A may also have run a reconcile task, whose round_enqueued lines carry no claim.)
+    # (The round_enqueued lines of a round A held carry its claim.)
     sent_by_a_round = [e for e in events(cluster, "a", "round_enqueued") if "claim_fence" in e]
     assert [e["next_boundary_seq"] for e in sent_by_a_round] == ([1] if failpoint == "after_enqueue" else [])
 

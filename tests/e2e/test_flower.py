@@ -1,17 +1,20 @@
-"""Flower (``aidawork flower``) on the same broker sees the real workers and every round
-task, and a round task's arguments are ids only: no prompt or input text reaches the
-broker or Flower."""
+"""Flower (``aidawork flower``) on the same broker sees the real workers (by their stable
+node names) and every round task, and a round task's arguments are ids only: no prompt or
+input text reaches the broker or Flower. The reconciler's ticks (``aidawork beat``) are no
+tasks, so they are absent from Flower's task list. With AIDAWORK_FLOWER_BASIC_AUTH,
+Flower refuses requests without the credentials (and never logs them)."""
 
 from __future__ import annotations
 
-import socket
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.support.cluster import Cluster, wait_ready
+from tests.support.cluster import Cluster, node_name, wait_events, wait_ready
 from tests.support.db import wait_terminal
 from tests.support.env import WAIT_S
+from tests.support.flower import running_flower
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
@@ -20,12 +23,18 @@ SECRET_INPUT = "input-text-that-must-stay-out-of-task-args-7f3a"
 SECRET_PROMPT = "system-prompt-that-must-stay-out-of-task-args-91c2"
 
 
-def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only(
+ROUND_TASKS = {"aidawork.run_round", "aidawork.resume_round"}
+
+
+def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only_and_no_reconcile_ticks(
     flower: httpx.Client, cluster: Cluster, ctx
 ) -> None:
-    proc = cluster.start_worker("w1", concurrency=2)
+    cluster.start_worker("w1", concurrency=2)
+    cluster.start_beat()  # reconciles every 0.5 s (FAST_ENV) while Flower listens
     wait_ready(cluster, "w1")
-    node = f"aidawork-{proc.pid}@{socket.gethostname()}"
+    node = node_name("w1")
+    # Its first pass ran (a flushed broker counts as reset): the ticks are under way.
+    wait_events(cluster, "beat", "broker_reset_detected", count=1)
 
     def worker_listed() -> dict[str, Any] | None:
         workers = flower.get("/api/workers", params={"refresh": "1"})
@@ -62,3 +71,21 @@ def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only(
         assert task["worker"] == node
         shown = f"{task['args']} {task['kwargs']}"
         assert SECRET_INPUT not in shown and SECRET_PROMPT not in shown and "echo" not in shown
+
+    # Seconds of reconcile ticks later, Flower's whole task list is rounds only.
+    listed = flower.get("/api/tasks").json()
+    assert {t["name"] for t in listed.values()} <= ROUND_TASKS, listed
+    assert len(listed) == 2
+
+
+def test_flower_with_basic_auth_refuses_requests_without_the_credentials(db_url: str, redis_clean: None,
+                                                                         tmp_path: Path) -> None:
+    password = "flower-password-" + "5e1d" * 4
+    log_path = tmp_path / "flower.log"
+    with running_flower(db_url, log_path, {"AIDAWORK_FLOWER_BASIC_AUTH": f"ops:{password}"}) as http:
+        assert http.get("/api/workers").status_code == 401
+        assert http.get("/", auth=("ops", "wrong")).status_code == 401
+        assert http.get("/api/workers", auth=("ops", password)).status_code == 200
+        assert http.get("/healthcheck").status_code == 200  # compose's probe needs no credentials
+    logged = log_path.read_text()
+    assert '"basic_auth": true' in logged and password not in logged

@@ -28,8 +28,8 @@ def test_run_whose_task_was_lost_in_the_broker_is_resent_and_completes(cluster: 
     assert [r["boundary_seq"] for r in round_rows(ctx.engine, submitted.run_id)] == [0, 1]
 
     # Round 0 ran because the reconciler sent it again.
-    resent = events(cluster, "w1", "run_redispatched", run_id=submitted.run_id, boundary_seq=0)
-    assert resent, "no run_redispatched for round 0 in the worker log"
+    resent = events(cluster, "beat", "run_redispatched", run_id=submitted.run_id, boundary_seq=0)
+    assert resent, "no run_redispatched for round 0 in beat's log"
     claims = events(cluster, "w1", "round_claimed", run_id=submitted.run_id, boundary_seq=0)
     assert len(claims) == 1
     assert claims[0]["timestamp"] > resent[0]["timestamp"]

@@ -79,7 +79,7 @@ def test_worker_paused_past_its_lease_cannot_commit_after_another_took_over(clus
     assert "round_committed" not in kinds
     assert "round_enqueued" not in kinds
     assert not events(cluster, "paused", "round_committed")
-    # (A reconcile task it ran before the pause may have re-sent round 0; that line carries no claim.)
+    # (Only a round it held sends a next round: such a line carries its claim.)
     assert not [e for e in events(cluster, "paused", "round_enqueued") if "claim_fence" in e]
     # Its own fence is the only one it ever held. Its call is the only one of round 0: it
     # had returned (the round was in its tool) when the other worker took over, which

@@ -92,7 +92,7 @@ def test_plugin_tools_run_in_a_multi_round_run_on_two_workers(cluster: Cluster, 
 
 def _worker(cluster: Cluster, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--concurrency", "1", "--loglevel", "WARNING"],
+        [sys.executable, "-m", "worker.cli", "worker", "--concurrency", "1"],
         cwd=REPO, env=cluster.env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )
@@ -125,9 +125,11 @@ def test_a_plugin_that_cannot_load_stops_the_worker_with_exit_2_before_any_task_
         lines = err.strip().splitlines()
         assert proc.returncode == 2, f"{name}: exit {proc.returncode}, stderr {err!r}"
         assert len(lines) == 1, f"{name}: {err!r}"
-        assert lines[0].startswith("aidawork: error: PLUGIN_INVALID: "), lines
-        assert bad[name][1] in lines[0], lines
-        assert "AIDAWORK_PLUGINS" in lines[0]
+        refused = json.loads(lines[0])  # a worker writes JSON lines only, a refusal too
+        assert (refused["event"], refused["level"], refused["command"]) == ("start_refused", "error", "worker")
+        assert refused["error"].startswith("PLUGIN_INVALID: "), refused
+        assert bad[name][1] in refused["error"], refused
+        assert "AIDAWORK_PLUGINS" in refused["error"]
         assert "Traceback" not in out + err
 
     # Nothing was consumed: the doorbell is still in the queue, the run never claimed.

@@ -236,8 +236,8 @@ def test_runs_move_again_once_an_empty_redis_is_back(
     engine = make_engine(db_url, pool_size=2)
     try:
         cluster.start_worker("w1", concurrency=RUNS, env=env)
-        cluster._spawn("beat", ["beat", "--loglevel", "WARNING"], env)
-        wait_until(lambda: any(e.get("event") == "broker_reset_detected" for e in cluster.logs("w1")),
+        cluster.start_beat(env=env)
+        wait_until(lambda: any(e.get("event") == "broker_reset_detected" for e in cluster.logs("beat")),
                    timeout_s=WAIT_S, what="the first reconcile (a new broker counts as reset)")
         run_ids = _store_due(ctx)
         wait_until(lambda: _committed(engine) >= RUNS, timeout_s=WAIT_S, what="rounds to commit")
@@ -249,7 +249,7 @@ def test_runs_move_again_once_an_empty_redis_is_back(
         _all_completed_once(engine, run_ids)
         print(f"\nfirst commit {_first_commit_after(engine, back)} s after Redis was back (empty)")
 
-        resets = [e for e in cluster.logs("w1") if e.get("event") == "broker_reset_detected"]
+        resets = [e for e in cluster.logs("beat") if e.get("event") == "broker_reset_detected"]
         assert len(resets) >= 2  # the start, and the restart
     finally:
         cluster.stop_all()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from uuid import UUID
 from sqlalchemy import Engine
 
 from schema.store.bodies import event_data_sql, message_body_sql
-from tests.support.cluster import Cluster, events, wait_exit, wait_ready
+from tests.support.cluster import Cluster, events, node_name, wait_exit, wait_ready
 from tests.support.db import calls_per_boundary, model_calls, round_rows, rows, run_row, wait_suspended, wait_terminal
 from tests.support.env import BROKER_URL, REPO, broker_app
 from tests.support.requests import scripted_request
@@ -54,7 +53,7 @@ def tool_messages(engine: Engine, run_id: UUID, tool_call_id: str) -> list[dict[
 
 
 def node_of(cluster: Cluster, name: str) -> str:
-    return f"aidawork-{cluster.procs[name].pid}@{socket.gethostname()}"
+    return node_name(name)
 
 
 def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine
 
+from tests.support.cluster import assert_json_lines
 from tests.support.db import rows
 from tests.support.env import BROKER_URL, REPO, WAIT_S
 from tests.support.wait import wait_until
@@ -99,10 +100,12 @@ class ApiServer:
         wait_until(up, timeout_s=WAIT_S, interval_s=0.05, what="the API to answer /healthz")
 
     def stop(self) -> None:
+        """Stop the process, then check that it wrote JSON lines only."""
         self.http.close()
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
+        assert_json_lines("api", self.log_path)
 
 
 

@@ -1,4 +1,8 @@
-"""Real ``aidawork worker`` / ``beat`` / ``webhooks`` processes for a test, and reading what they log."""
+"""Real ``aidawork worker`` / ``beat`` / ``webhooks`` processes for a test, and reading what they log.
+
+Every line a process writes must be one JSON object (worker.logging): ``stop_all`` checks
+each captured log at teardown and fails the test naming the process and the line, so
+every e2e test that starts a process proves it."""
 
 from __future__ import annotations
 
@@ -48,10 +52,12 @@ class Cluster:
 
     def start_worker(self, name: str = "w1", *, concurrency: int = 4,
                      env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        return self._spawn(name, ["worker", "--concurrency", str(concurrency), "--loglevel", "WARNING"], env)
+        # Each worker of the cluster its own node name: several share this host.
+        env = {"AIDAWORK_WORKER_NAME": node_name(name), **(env or {})}
+        return self._spawn(name, ["worker", "--concurrency", str(concurrency)], env)
 
-    def start_beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
-        return self._spawn(name, ["beat", "--loglevel", "WARNING"], None)
+    def start_beat(self, name: str = "beat", *, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self._spawn(name, ["beat"], env)
 
     def start_webhooks(self, name: str = "webhooks", *, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """The webhook deliverer (``aidawork webhooks``); ``env`` gives it its secret."""
@@ -79,6 +85,7 @@ class Cluster:
         return out
 
     def stop_all(self) -> None:
+        """Stop every process, then check that each wrote JSON lines only."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 try:
@@ -87,6 +94,32 @@ class Cluster:
                 except ProcessLookupError:
                     pass
             proc.wait(timeout=10)
+        for name in self.procs:
+            assert_json_lines(name, self.log_dir / f"{name}.log")
+
+
+def non_json_lines(text: str) -> list[str]:
+    """The lines of ``text`` that are not one JSON object each."""
+    bad = []
+    for line in text.splitlines():
+        try:
+            ok = isinstance(json.loads(line), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            bad.append(line)
+    return bad
+
+
+def assert_json_lines(name: str, path: Path) -> None:
+    """Fail naming process ``name`` and its first lines that are not JSON objects."""
+    bad = non_json_lines(path.read_text(errors="replace")) if path.exists() else []
+    assert not bad, f"{name} wrote {len(bad)} line(s) that are not JSON objects, first: {bad[:3]!r}"
+
+
+def node_name(name: str) -> str:
+    """The Celery node name (AIDAWORK_WORKER_NAME) of the cluster's worker ``name``."""
+    return f"{name}@{socket.gethostname()}"
 
 
 def events(cluster: Cluster, name: str, event: str | None = None, **fields: Any) -> list[dict[str, Any]]:
@@ -111,10 +144,9 @@ def wait_ready(cluster: Cluster, *names: str, timeout_s: float = WAIT_S) -> None
     """Wait until each named worker process answers a remote-control ping, i.e. it is
     consuming from the broker (so a task sent now can reach it)."""
     app = broker_app()
-    host = socket.gethostname()
     for name in names:
         proc = cluster.procs[name]
-        node = f"aidawork-{proc.pid}@{host}"
+        node = node_name(name)
 
         def answered(proc: Any = proc, node: str = node, name: str = name) -> bool:
             if proc.poll() is not None:

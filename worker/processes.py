@@ -1,0 +1,174 @@
+"""The long-running commands of ``aidawork``: migrate, worker, beat, flower, api (and
+``webhooks``, in ``worker.cli``).
+
+Each writes only JSON log lines (``worker.logging``): the CLI configures logging before
+any of these runs, Celery is told to leave logging alone (``setup_logging`` has a
+receiver) and to print no banner (``--quiet``; the banner's facts are in the
+``worker_started`` line instead), and Tornado (Flower) is told not to add its own handler
+(``--logging=none``; Flower's own banner is log lines, kept). A refusal to start is a
+JSON ``start_refused`` line (``worker.cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Any
+
+import structlog
+
+from worker.settings import get_settings
+
+log = structlog.get_logger("aidawork.cli")
+
+
+def aidawork_version() -> str:
+    """The installed package's version (``aidawork --version``)."""
+    try:
+        return package_version("aidawork")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def _celery_keeps_our_logging() -> None:
+    # Celery configures logging only when no receiver of setup_logging is connected; this
+    # receiver does nothing, so worker.logging's JSON handler stays the only one.
+    from celery.signals import setup_logging
+
+    setup_logging.connect(_leave_logging_alone, weak=False)
+
+
+def _leave_logging_alone(**_: Any) -> None:
+    return None
+
+
+def _celery_says_json() -> None:
+    # The worker's shutdown notices ("worker: Warm shutdown (MainProcess)") and its SIGUSR1
+    # stack dump bypass logging: celery.apps.worker.safe_say writes plain text straight to
+    # a file descriptor, from a signal handler. Ours writes one JSON line the same way
+    # (os.write, no logging lock taken inside a signal handler).
+    import celery.apps.worker as celery_worker
+
+    celery_worker.safe_say = _say_as_json
+
+
+def _say_as_json(msg: str, f: Any = None) -> None:
+    line = {
+        "event": msg.strip(),
+        "logger": "celery.apps.worker",
+        "level": "warning",
+        "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+    }
+    with contextlib.suppress(OSError):  # as Celery's: losing the notice must not stop the shutdown
+        os.write(sys.__stderr__.fileno() if sys.__stderr__ else 2, (json.dumps(line) + "\n").encode())
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from schema.migrate import ensure_database, upgrade_head
+
+    url = get_settings().database_url
+    created = ensure_database(url)
+    upgrade_head(url)
+    log.info("database_migrated", created=created, revision="head")
+    return 0
+
+
+def worker_node_name(name: str) -> str:
+    """``AIDAWORK_WORKER_NAME`` with Celery's ``%h`` (and ``%n``, ``%d``) expanded."""
+    from celery.utils.nodenames import default_nodename, host_format
+
+    return str(host_format(default_nodename(name)))
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from worker.app import ROUNDS_QUEUE, get_app
+    from worker.bootstrap import get_context, serve_metrics, set_process_threads
+
+    settings = get_settings()
+    concurrency = args.concurrency or settings.worker_concurrency
+    set_process_threads(concurrency)
+    node = worker_node_name(settings.worker_name)
+    # In the workers registry from the start, so a death even before its first round is
+    # seen (schema.store.workers); a warm shutdown says it stopped on purpose. With the
+    # database unavailable the worker starts all the same and registers at its first claim.
+    leases = get_context().leases
+    try:
+        leases.register()
+    except Exception as exc:
+        log.warning("worker_registration_deferred", error=type(exc).__name__)
+    serve_metrics(get_context())  # before Celery starts: a port in use fails the start, loudly
+    _celery_keeps_our_logging()
+    _celery_says_json()
+    log.info("worker_started", node=node, concurrency=concurrency, queues=[ROUNDS_QUEUE], version=aidawork_version())
+    try:
+        get_app().start(
+            [
+                "--quiet",  # no ASCII banner on stdout: its facts are in worker_started
+                "worker",
+                "--pool=threads",
+                f"--concurrency={concurrency}",
+                f"--queues={ROUNDS_QUEUE}",
+                f"--hostname={node}",
+                f"--loglevel={settings.log_level}",
+                "--task-events",
+                "--without-mingle",
+                "--without-gossip",
+            ]
+        )
+    finally:
+        leases.stop()
+    return 0
+
+
+def cmd_beat(args: argparse.Namespace) -> int:
+    from worker.client_context import build_client_context
+    from worker.reconcile import reconcile_periodically
+
+    # The reconciler needs the store and the broker, not the MCP servers a worker talks to.
+    settings = get_settings().model_copy(update={"mcp_servers": {}})
+    ctx = build_client_context(settings, threads=1)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("beat_started", reconcile_interval_s=settings.reconcile_interval_s, version=aidawork_version())
+    passes = reconcile_periodically(ctx, stop)
+    log.info("beat_stopped", passes=passes)
+    ctx.engine.dispose()
+    return 0
+
+
+def cmd_flower(args: argparse.Namespace) -> int:
+    from worker.app import get_app
+
+    settings = get_settings()
+    # Flower's banner is log lines (JSON here), so it is kept, unlike Celery's printed ones.
+    argv = ["flower", f"--port={args.port}", f"--address={args.address}", "--logging=none"]
+    if settings.flower_basic_auth is not None:
+        # In-process: the credentials never appear on a command line (ps) or in a log.
+        argv.append(f"--basic-auth={settings.flower_basic_auth.get_secret_value()}")
+    log.info(
+        "flower_started",
+        address=args.address,
+        port=args.port,
+        basic_auth=settings.flower_basic_auth is not None,
+        version=aidawork_version(),
+    )
+    get_app().start(argv)
+    return 0
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    from worker.api import create_app
+    from worker.api.server import serve
+
+    settings = get_settings()
+    serve(create_app(settings), settings, host=args.host, port=args.port)
+    return 0

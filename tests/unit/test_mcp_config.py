@@ -127,6 +127,9 @@ def test_a_bad_shape_names_the_server_and_the_field(monkeypatch: pytest.MonkeyPa
 def test_a_bad_setting_exits_2_from_the_cli_with_one_line(monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv(VAR, '{"time": {"url": "ftp://x"}}')
+    # In process, the CLI's logging set-up (WARNING for a client command) would stay for
+    # the tests after this one: structlog caches each logger, level included, at first use.
+    monkeypatch.setattr(cli, "configure_logging", lambda *_, **__: None)
     get_settings.cache_clear()
     try:
         code = cli.main(["status", "00000000-0000-4000-8000-000000000001"])

@@ -39,11 +39,12 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def aidawork(*args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+def aidawork(*args: str, log: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     out = log.open("ab") if log else None
     return subprocess.Popen(
         [sys.executable, "-m", "worker.cli", *args],
         cwd=REPO,
+        env=None if env is None else {**os.environ, **env},
         stdout=out,
         stderr=subprocess.STDOUT if out else None,
         start_new_session=True,
@@ -108,7 +109,10 @@ def main() -> int:
         return 1
     logs = Path(tempfile.mkdtemp(prefix="aidawork-demo-"))
     say(f"== start two workers and beat (logs in {logs})")
-    procs = [aidawork("worker", "--concurrency", "8", log=logs / f"worker{i}.log") for i in (1, 2)]
+    # Distinct node names (Flower) and, for the first, a /metrics endpoint (see the end).
+    envs = [{"AIDAWORK_WORKER_NAME": "demo1@%h", "AIDAWORK_METRICS_PORT": str(METRICS_PORT)},
+            {"AIDAWORK_WORKER_NAME": "demo2@%h"}]
+    procs = [aidawork("worker", "--concurrency", "8", log=logs / f"worker{i}.log", env=envs[i - 1]) for i in (1, 2)]
     procs.append(aidawork("beat", log=logs / "beat.log"))
     try:
         return run_demo()
@@ -124,6 +128,7 @@ def main() -> int:
 
 
 API_PORT = int(os.environ.get("AIDAWORK_DEMO_API_PORT", "8089"))
+METRICS_PORT = int(os.environ.get("AIDAWORK_DEMO_METRICS_PORT", "9189"))
 API_TOKEN = "demo-token-team-a-0123456789"
 
 
@@ -168,9 +173,26 @@ def stream_over_http(runs: dict[str, Any]) -> None:
                     event_id = line
                 elif line.startswith("event:"):
                     say(f"     {event_id}  {line}")
+        show_metrics(base)
+        say(f"   the run inspector: {base}/ui (sign in with the token {API_TOKEN!r})")
     finally:
         os.killpg(api.pid, signal.SIGTERM)
         api.wait(timeout=15)
+
+
+def show_metrics(api: str) -> None:
+    """A few of the Prometheus figures: the first worker's rounds, the API's runs."""
+    import httpx
+
+    wanted = ("aidawork_rounds_total{", "aidawork_model_calls_total{", "aidawork_runs{")
+    for where, url in (("worker 1", f"http://127.0.0.1:{METRICS_PORT}/metrics"), ("API", f"{api}/metrics")):
+        try:
+            text = httpx.get(url, timeout=5).text
+        except httpx.TransportError as exc:
+            say(f"   !! {where} /metrics: {type(exc).__name__}")
+            continue
+        lines = [line for line in text.splitlines() if line.startswith(wanted) and not line.endswith(" 0.0")]
+        say(f"   {where} {url}: " + "; ".join(lines))
 
 
 def wait_for(run_id: UUID, status: str, timeout_s: float = 60) -> Any:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     Table,
     Text,
     UniqueConstraint,
@@ -69,6 +70,8 @@ runs = Table(
     Column("status", Text, nullable=False),
     Column("input", Text, nullable=False),
     Column("config", JSONB, nullable=False),
+    # 0-9: orders the owner's rounds within its share of the fleet (schema.store.owners).
+    Column("priority", SmallInteger, nullable=False, server_default=text("5")),
     # Number of committed rounds; the next round to execute has this boundary_seq.
     Column("boundary_seq", Integer, nullable=False, server_default=text("0")),
     # Incremented by every claim; every write after a claim is fenced by it.
@@ -108,6 +111,7 @@ runs = Table(
     # may hold a token in its userinfo or query, so it is never logged or shown.
     Column("webhook_url", Text),
     CheckConstraint(_in("status", [s.value for s in RunStatus]), name="status"),
+    CheckConstraint("priority BETWEEN 0 AND 9", name="priority"),
     UniqueConstraint("root_id", "root_seq"),
     Index(
         "ix_runs_dispatch",
@@ -396,4 +400,29 @@ webhook_deliveries = Table(
     CheckConstraint("(status = 'pending') = (next_attempt_at IS NOT NULL)", name="next_attempt"),
     UniqueConstraint("run_id", "event_seq"),
     Index("ix_webhook_deliveries_due", "next_attempt_at", postgresql_where=text("status = 'pending'")),
+)
+
+
+# Each owner's (tenant's) limits; an owner without a row has none (no cap, weight 1, no
+# budget). ``running``: the owner's runs holding a slot, a locked counter kept by the claim
+# and by every write that ends or suspends a run.
+owners = Table(
+    "owners",
+    metadata,
+    Column("owner", Text, primary_key=True),
+    Column("max_running", Integer),
+    Column("weight", Integer, nullable=False, server_default=text("1")),
+    Column("token_budget", BigInteger),
+    Column("budget_window", Text),
+    Column("on_budget", Text, nullable=False, server_default=text("'fail'")),
+    Column("running", Integer, nullable=False, server_default=text("0")),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("max_running IS NULL OR max_running >= 1", name="max_running"),
+    CheckConstraint("weight BETWEEN 1 AND 1000", name="weight"),
+    CheckConstraint("token_budget IS NULL OR token_budget >= 1", name="token_budget"),
+    CheckConstraint("budget_window IS NULL OR budget_window IN ('1h', '1d', '30d')", name="budget_window"),
+    CheckConstraint("(token_budget IS NULL) = (budget_window IS NULL)", name="budget_has_window"),
+    CheckConstraint("on_budget IN ('fail', 'wait')", name="on_budget"),
+    CheckConstraint("running >= 0", name="running"),
 )

@@ -46,6 +46,9 @@ def _json_handler() -> logging.Handler:
     return handler
 
 
+CELERY_PER_TASK_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+
+
 def configure_logging(level: str = "INFO", *, whole_process: bool = True) -> None:
     """Route every logger of this process to one JSON handler on stderr, at ``level``.
     Safe to call again (a later call replaces the handler and the level).
@@ -72,6 +75,13 @@ def configure_logging(level: str = "INFO", *, whole_process: bool = True) -> Non
         root.removeHandler(old)
     root.addHandler(_json_handler())
     root.setLevel(level)
+    # Celery's per-task lines ("Task ... received", "... succeeded in") say again what
+    # round_claimed / round_committed say, bound with the run: two more lines per round
+    # unless asked for with DEBUG.
+    number = logging.getLevelName(level)
+    chatty = number if number <= logging.DEBUG else max(number, logging.WARNING)
+    for name in CELERY_PER_TASK_LOGGERS:
+        logging.getLogger(name).setLevel(chatty)
     structlog.configure(
         processors=[
             *_SHARED,

@@ -79,3 +79,16 @@ def test_worker_name_and_flower_auth_settings_are_checked(monkeypatch: pytest.Mo
     assert "admin-without-password" not in str(refused.value)  # a secret is never echoed
     monkeypatch.setenv("AIDAWORK_FLOWER_BASIC_AUTH", "admin:s3cret,ops:other")
     assert load_settings().worker_name == "w2@%h"
+
+
+def test_celerys_per_task_lines_only_at_debug() -> None:
+    import logging
+
+    from worker.logging import CELERY_PER_TASK_LOGGERS
+
+    try:
+        for level, expected in (("INFO", logging.WARNING), ("DEBUG", logging.DEBUG), ("ERROR", logging.ERROR)):
+            configure_logging(level)
+            assert [logging.getLogger(n).getEffectiveLevel() for n in CELERY_PER_TASK_LOGGERS] == [expected] * 2
+    finally:
+        configure_logging("INFO")

@@ -84,7 +84,7 @@ def test_worker_name_and_flower_auth_settings_are_checked(monkeypatch: pytest.Mo
 def test_celerys_per_task_lines_only_at_debug() -> None:
     import logging
 
-    from worker.logging import CELERY_PER_TASK_LOGGERS
+    from worker.logging import CELERY_PER_TASK_LOGGERS, configure_logging
 
     try:
         for level, expected in (("INFO", logging.WARNING), ("DEBUG", logging.DEBUG), ("ERROR", logging.ERROR)):

@@ -118,6 +118,13 @@ runs = Table(
         "dispatched_at",
         postgresql_where=text("status IN ('queued', 'running')"),
     ),
+    # Retention (schema.store.retention) finds the oldest ended runs through it; partial,
+    # so it holds only the history being kept.
+    Index(
+        "ix_runs_finished_at",
+        "finished_at",
+        postgresql_where=text("status IN ('completed', 'failed', 'cancelled')"),
+    ),
 )
 
 # Every worker process, registered when it starts, with the time of its last heartbeat

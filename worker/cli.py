@@ -32,6 +32,7 @@ from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RunEvent
 from worker.logging import configure_logging
 from worker.processes import aidawork_version, cmd_api, cmd_beat, cmd_flower, cmd_migrate, cmd_worker
+from worker.retention import older_than_days_arg
 from worker.settings import Settings, SettingsError, get_settings
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
@@ -373,6 +374,23 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return _err(f"run {args.run_id} has already ended", EXIT_INPUT)
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    from worker.client_context import engine_for
+    from worker.retention import describe, prune
+
+    settings = get_settings()
+    days = args.older_than_days if args.older_than_days is not None else settings.retention_days
+    if days is None:
+        return _err("--older-than-days: give a number of days, or set AIDAWORK_RETENTION_DAYS", EXIT_INPUT)
+    engine = engine_for(settings, threads=1)
+    try:
+        report = prune(engine, older_than_days=days, batch_runs=settings.retention_batch_runs, dry_run=args.dry_run)
+    finally:
+        engine.dispose()
+    print(json.dumps(report.to_json(), indent=2) if args.json else "\n".join(describe(report)))
+    return EXIT_OK
+
+
 def _answer_parser(sub: Any, name: str, fn: Callable[[argparse.Namespace], int], help: str) -> Any:
     """A command that answers one suspended call: ``RUN_ID TOOL_CALL_ID`` and its options."""
     p = sub.add_parser(name, help=help)
@@ -449,6 +467,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", help="cancel a run that has not ended")
     p.add_argument("run_id", type=_run_id)
     p.set_defaults(fn=cmd_cancel)
+    p = sub.add_parser("prune", help="delete Roots whose runs all ended long ago, with all their rows")
+    p.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    p.add_argument("--older-than-days", type=older_than_days_arg, default=None, metavar="N",
+                   help="runs that ended more than N days ago (default AIDAWORK_RETENTION_DAYS)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_prune)
     return parser
 
 

@@ -21,11 +21,14 @@ import threading
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from worker.settings import get_settings
+from worker.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 log = structlog.get_logger("aidawork.cli")
 
@@ -139,10 +142,41 @@ def cmd_beat(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     log.info("beat_started", reconcile_interval_s=settings.reconcile_interval_s, version=aidawork_version())
+    pruner = _start_retention(ctx.engine, settings, stop)
     passes = reconcile_periodically(ctx, stop)
+    if pruner is not None:
+        pruner.join(timeout=30)  # a batch in flight is one transaction: let it commit
     log.info("beat_stopped", passes=passes)
     ctx.engine.dispose()
     return 0
+
+
+def _start_retention(engine: Engine, settings: Settings, stop: threading.Event) -> threading.Thread | None:
+    """Beat's retention passes (AIDAWORK_RETENTION_DAYS), in a thread beside the reconciler."""
+    from worker.retention import prune_periodically
+
+    if settings.retention_days is None:
+        return None
+    thread = threading.Thread(
+        target=prune_periodically,
+        kwargs={
+            "engine": engine,
+            "older_than_days": settings.retention_days,
+            "batch_runs": settings.retention_batch_runs,
+            "interval_s": settings.retention_interval_s,
+            "stop": stop,
+        },
+        name="retention",
+        daemon=True,
+    )
+    thread.start()
+    log.info(
+        "retention_scheduled",
+        retention_days=settings.retention_days,
+        interval_s=settings.retention_interval_s,
+        batch_runs=settings.retention_batch_runs,
+    )
+    return thread
 
 
 def cmd_flower(args: argparse.Namespace) -> int:

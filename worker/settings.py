@@ -224,10 +224,31 @@ class Settings(BaseSettings):
     # or when its LISTEN connection was lost, the poll is what finds new deliveries).
     webhook_poll_s: float = Field(default=1.0, gt=0, le=60)
 
+    # --- retention (worker.retention: beat prunes on its own; `aidawork prune` on demand) -
+    # A Root whose runs have all ended (none queued, running or suspended) more than this
+    # many days ago is deleted with every row it owns: runs, messages, rounds, tool calls,
+    # events, local reads, the model-call ledger, webhook deliveries, rebuilds (the rule:
+    # schema.store.retention). Unset: everything is kept forever. Fractions are allowed
+    # (0.0001 days is under 9 s, for tests). Keep it longer than AIDAWORK_WEBHOOK_RETRY_FOR_S
+    # and the idempotency TTL: a pruned run no longer answers a retried submit.
+    retention_days: float | None = Field(default=None, gt=0, le=36_500)
+    # How often beat runs a retention pass (measured start to start); a pass deletes
+    # batches until one comes back short.
+    retention_interval_s: float = Field(default=60.0, gt=0, le=86_400)
+    # Expired runs one batch scans (one transaction each); their Roots go whole, so a
+    # batch deletes at most this many Roots and about this many runs.
+    retention_batch_runs: int = Field(default=500, ge=1, le=10_000)
+
     @field_validator("webhook_secret", mode="before")
     @classmethod
     def _unset_if_empty(cls, value: Any) -> Any:
         # docker compose passes an unset ${VAR:-} as "": that means no secret, not a short one.
+        return None if value == "" else value
+
+    @field_validator("retention_days", mode="before")
+    @classmethod
+    def _retention_unset_if_empty(cls, value: Any) -> Any:
+        # docker compose passes an unset ${VAR:-} as "": keep forever, not an invalid number.
         return None if value == "" else value
 
     @field_validator("webhook_urls")
@@ -357,6 +378,11 @@ class Settings(BaseSettings):
     @property
     def failpoint_set(self) -> frozenset[str]:
         return frozenset(p.strip() for p in self.failpoints.split(",") if p.strip())
+
+    @property
+    def retention_s(self) -> float | None:
+        """AIDAWORK_RETENTION_DAYS in seconds; None: keep forever."""
+        return None if self.retention_days is None else self.retention_days * 86_400
 
     @property
     def heartbeat_interval_s(self) -> float:

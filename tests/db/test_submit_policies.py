@@ -21,8 +21,8 @@ from schema.store.runs import Submitted
 from schema.wire import RunStatus
 from schema.wire.record import MessageRecord
 from tests.support.db import rows, run_row
-from tests.support.store import RUNTIME, claim, record
 from tests.support.requests import scripted_request
+from tests.support.store import RUNTIME, claim, record
 from worker.client import request_digest
 
 T = TypeVar("T")
@@ -54,7 +54,7 @@ def race(n: int, fn: Callable[[], T]) -> list[T | BaseException]:
         barrier.wait()
         try:
             result: T | BaseException = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+        except BaseException as exc:
             result = exc
         with lock:
             results.append(result)

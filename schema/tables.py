@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
-from schema.wire import RunStatus
+from schema.wire import RootPolicy, RunStatus
 from schema.wire.vocab import MessageRole, RoundOutcomeKind, ToolAnswerKind, ToolDomain, ToolStatus, WebhookStatus
 
 metadata = MetaData(
@@ -110,9 +110,26 @@ runs = Table(
     # Where the run's webhook events go (checked against AIDAWORK_WEBHOOK_URLS at submit);
     # may hold a token in its userinfo or query, so it is never logged or shown.
     Column("webhook_url", Text),
+    # Idempotent submit: the same owner and key return this run while the key is set (it
+    # is cleared by a later submit once older than AIDAWORK_IDEMPOTENCY_TTL_S), and
+    # ``request_digest`` (of the request without its key) refuses a replay with another body.
+    Column("idempotency_key", Text),
+    Column("request_digest", Text),
+    # Double-texting: what the submit did about the Root's active run, and, on a run an
+    # ``interrupt`` / ``rollback`` cancelled, the run that did.
+    Column("root_policy", Text, nullable=False, server_default=text("'enqueue'")),
+    Column("interrupted_by", UUID(as_uuid=True)),
     CheckConstraint(_in("status", [s.value for s in RunStatus]), name="status"),
     CheckConstraint("priority BETWEEN 0 AND 9", name="priority"),
+    CheckConstraint(_in("root_policy", [p.value for p in RootPolicy]), name="root_policy"),
     UniqueConstraint("root_id", "root_seq"),
+    Index(
+        "ix_runs_owner_idempotency_key",
+        "owner",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
     Index(
         "ix_runs_dispatch",
         "dispatched_at",

@@ -27,7 +27,7 @@ from sqlalchemy.exc import OperationalError
 from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
 from runtime.errors import AidaworkError, RequestInvalid
 from runtime.plugins import PluginError, process_plugins
-from schema.store.errors import RootNotFound, RunNotFound
+from schema.store.errors import IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RunEvent
 from worker.logging import configure_logging
@@ -127,10 +127,24 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return _err(str(exc), EXIT_INPUT)
     if not isinstance(raw, dict):
         return _err("the request must be a JSON object", EXIT_INPUT)
+    for flag, field in (("idempotency_key", "idempotency_key"), ("root_policy", "root_policy")):
+        given = getattr(args, flag, None)
+        if given is not None:
+            if raw.get(field) not in (None, given):
+                return _err(f"invalid request: {field}: differs from --{flag.replace('_', '-')}", EXIT_INPUT)
+            raw[field] = given
     try:
         submitted = client.submit(raw)
     except (RequestInvalid, RootNotFound) as exc:
         return _err(f"invalid request: {exc.message}", EXIT_INPUT)
+    except (IdempotencyKeyReused, RootBusy) as exc:
+        return _err(f"refused ({exc.code}): {exc.message}", EXIT_INPUT)
+    if submitted.existing:
+        # stdout stays the run id alone, for scripts; the note goes to stderr.
+        print(f"aidawork: existing run: an earlier submit with this idempotency_key stored {submitted.run_id}",
+              file=sys.stderr)
+    for interrupted in submitted.interrupted:
+        print(f"aidawork: cancelled run {interrupted} (root_policy)", file=sys.stderr)
     print(submitted.run_id)
     return EXIT_OK
 
@@ -429,6 +443,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_api)
     p = sub.add_parser("submit", help="submit a run request (JSON file, or - for stdin); prints the run id")
     p.add_argument("file")
+    p.add_argument("--idempotency-key", help="the request's idempotency_key: a replay returns the same run")
+    p.add_argument(
+        "--root-policy", choices=["enqueue", "reject", "interrupt", "rollback"],
+        help="the request's root_policy: what to do when the Root has an active run",
+    )
     p.set_defaults(fn=cmd_submit)
     p = sub.add_parser("status", help="show a run")
     p.add_argument("run_id", type=_run_id)

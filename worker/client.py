@@ -21,7 +21,7 @@ from uuid import UUID
 
 import structlog
 
-from runtime.canonical import require_json, text_problem
+from runtime.canonical import digest, require_json, text_problem
 from runtime.deps import client_tool
 from runtime.errors import RequestInvalid
 from runtime.prepare import format_loc, parse_turn_config, prepare_execution
@@ -29,6 +29,8 @@ from runtime.tools import Tool, ToolArgsInvalid
 from schema.store import events as event_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
+from schema.store.errors import IdempotencyKeyReused as IdempotencyKeyReused
+from schema.store.errors import RootBusy as RootBusy
 from schema.store.runs import Submitted
 from schema.store.suspensions import Answer, Receipt, WaitingCall
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
@@ -51,7 +53,13 @@ log = structlog.get_logger("aidawork.client")
 def submit(request: Mapping[str, Any] | RunRequest, *, ctx: ClientContext | None = None) -> Submitted:
     """Validate, store (one transaction), then ring the doorbell. If the broker is down,
     the run is still stored and the reconciler sends it later. A ``webhook`` whose URL is
-    not under ``AIDAWORK_WEBHOOK_URLS`` is refused with ``WebhookRefused``."""
+    not under ``AIDAWORK_WEBHOOK_URLS`` is refused with ``WebhookRefused``.
+
+    With an ``idempotency_key`` the owner used within ``AIDAWORK_IDEMPOTENCY_TTL_S``, the
+    run stored then is returned (``existing``: nothing stored or sent), or, for another
+    request, ``IdempotencyKeyReused`` is raised. ``root_policy: reject`` on a Root with an
+    active run raises ``RootBusy``; ``interrupt`` / ``rollback`` cancel it
+    (``interrupted``)."""
     ctx = ctx or get_client_context()
     parsed, prepared = prepare_execution(ctx.runtime, request)
     if parsed.webhook is not None:
@@ -61,16 +69,35 @@ def submit(request: Mapping[str, Any] | RunRequest, *, ctx: ClientContext | None
     span = process_tracing(ctx.settings).start_submit()
     try:
         submitted = run_store.submit_run(
-            ctx.engine, parsed, prepared.turn_config.model_dump(mode="json"), traceparent(span)
+            ctx.engine,
+            parsed,
+            prepared.turn_config.model_dump(mode="json"),
+            traceparent(span),
+            request_digest=None if parsed.idempotency_key is None else request_digest(parsed),
+            idempotency_ttl_s=ctx.settings.idempotency_ttl_s,
         )
         if span is not None:
             span.set_attribute("run_id", str(submitted.run_id))
+        if submitted.existing:
+            # A replay: the run was stored (and sent) by the first submit with this key.
+            log.info("submit_replayed", run_id=str(submitted.run_id))
+            return submitted
+        if submitted.interrupted:
+            log.info("runs_interrupted", run_id=str(submitted.run_id), root_policy=parsed.root_policy.value,
+                     interrupted=[str(i) for i in submitted.interrupted])
         # The run is durable: if the broker is down, the reconciler sends it once it is back.
         send_or_defer(ctx.store, submitted.run_id, lambda: ctx.dispatch.round(submitted.run_id, 0))
     finally:
         if span is not None:
             span.end()
     return submitted
+
+
+def request_digest(request: RunRequest) -> str:
+    """What "the same request" means for an idempotency key: the canonical digest of the
+    parsed request (defaults filled in, so an omitted ``root_policy`` and ``"enqueue"``
+    are the same) without the key itself."""
+    return digest(request.model_dump(mode="json", exclude={"idempotency_key"}))
 
 
 def status(run_id: UUID, *, owner: str | None = None, ctx: ClientContext | None = None) -> RunView:

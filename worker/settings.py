@@ -223,6 +223,10 @@ class Settings(BaseSettings):
     # The deliverer wakes on NOTIFY at once; it also polls this often (behind PgBouncer,
     # or when its LISTEN connection was lost, the poll is what finds new deliveries).
     webhook_poll_s: float = Field(default=1.0, gt=0, le=60)
+    # Idempotent submit: a run request's idempotency_key (or the Idempotency-Key header)
+    # returns the run first stored with it for at least this long; an older key is
+    # cleared from its run by the next submit with it, which then stores a new run.
+    idempotency_ttl_s: int = Field(default=86_400, ge=1, le=365 * 86_400)
 
     # --- retention (worker.retention: beat prunes on its own; `aidawork prune` on demand) -
     # A Root whose runs have all ended (none queued, running or suspended) more than this

@@ -47,3 +47,29 @@ class RootNotFound(AidaworkError):
         super().__init__(f"root_id: no Root {root_id} for owner {owner!r}")
         self.root_id = root_id
         self.owner = owner
+
+
+class IdempotencyKeyReused(AidaworkError):
+    """A submit named an idempotency key its owner already used, within the key's time to
+    live, for a different request. Nothing was stored."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"
+
+    def __init__(self, owner: str, run_id: UUID) -> None:
+        super().__init__(
+            f"idempotency_key: owner {owner!r} already used this key for run {run_id}, with a different request"
+        )
+        self.owner = owner
+        self.run_id = run_id
+
+
+class RootBusy(AidaworkError):
+    """A submit with ``root_policy: reject`` found an active run in its Root. Nothing was
+    stored."""
+
+    code = "ROOT_BUSY"
+
+    def __init__(self, root_id: UUID, run_id: UUID) -> None:
+        super().__init__(f"root_id: Root {root_id} has an active run {run_id} (root_policy: reject)")
+        self.root_id = root_id
+        self.run_id = run_id

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, text
 
 from schema.store.bodies import message_body_sql
 from schema.store.claims import DURABLE_READS_SQL
+from schema.store.doubletext import ROLLED_BACK
 from schema.store.errors import RunNotFound
 from schema.wire.claim import LoadedMessage
 from schema.wire.inspect import ModelCallRow, RunListItem, ToolCallRow
@@ -58,12 +59,15 @@ class RunRows:
     messages: list[StoredMessage]  # the Root's messages up to the run's last, by position
     tool_calls: list[ToolCallRow]
     model_calls: list[ModelCallRow]
+    # A later submit's root_policy rollback deleted the run's messages: what its rounds'
+    # models saw can no longer be rebuilt (schema.store.doubletext).
+    messages_dropped: bool = False
 
 
 _RUN_SQL = text(
     """
 SELECT r.status, r.config, cp.context_start_position, cp.summary, cp.boundary_seq AS cp_boundary, cp.rebuilds,
-       r.root_id
+       r.root_id, r.error_code
 FROM runs AS r JOIN run_checkpoints AS cp ON cp.run_id = r.id
 WHERE r.id = :run_id AND r.owner = :owner
 """
@@ -132,4 +136,5 @@ def _rows(conn: Connection, run_id: UUID, run: Any) -> RunRows:
         ],
         tool_calls=[ToolCallRow.model_validate(dict(row._mapping)) for row in conn.execute(_TOOLS_SQL, params)],
         model_calls=[ModelCallRow.model_validate(dict(row._mapping)) for row in conn.execute(_CALLS_SQL, params)],
+        messages_dropped=run.error_code == ROLLED_BACK,
     )

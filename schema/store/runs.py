@@ -12,12 +12,13 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine, text
 
-from schema.store.errors import FenceLost, RootNotFound, RunNotFound
+from schema.store.doubletext import ROLLED_BACK, cancel_message, runs_to_cancel
+from schema.store.errors import FenceLost, IdempotencyKeyReused, RootNotFound, RunNotFound
 from schema.store.roots import next_in_root_sql
 from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
 from schema.store.webhooks import deliveries_of
-from schema.wire import RunRequest, RunStatus, RunView
+from schema.wire import RootPolicy, RunRequest, RunStatus, RunView
 
 
 @dataclass(frozen=True)
@@ -25,37 +26,129 @@ class Submitted:
     run_id: UUID
     root_id: UUID
     root_seq: int
+    # The run was stored by an earlier submit with the same idempotency key: nothing new
+    # was stored (and nothing is to be sent).
+    existing: bool = False
+    # The runs this submit's root_policy (interrupt, rollback) cancelled.
+    interrupted: tuple[UUID, ...] = ()
 
 
-def submit_run_txn(
-    conn: Connection, request: RunRequest, config: dict[str, Any], trace_context: str | None = None
-) -> Submitted:
-    run_id = uuid4()
+class _KeyRaced(Exception):
+    """A concurrent submit with the same owner and idempotency key inserted its run
+    first: this transaction is rolled back (its Root update, its cancels) and run again,
+    and then finds that run."""
+
+
+DEFAULT_IDEMPOTENCY_TTL_S = 86_400
+
+# A key older than the TTL is cleared from its run, in the same statement that looks the
+# key up, so the submit may reuse it (the INSERT below then meets no conflict). The
+# created_at bound keeps a key another submit is clearing right now from being returned.
+_EXISTING_SQL = text(
+    """
+WITH expired AS (
+  UPDATE runs SET idempotency_key = NULL
+  WHERE owner = :owner AND idempotency_key = :key AND created_at < now() - make_interval(secs => :ttl_s)
+  RETURNING id
+)
+SELECT id, root_id, root_seq, request_digest FROM runs
+WHERE owner = :owner AND idempotency_key = :key AND created_at >= now() - make_interval(secs => :ttl_s)
+  AND id NOT IN (SELECT id FROM expired)
+"""
+)
+
+_INSERT_RUN_SQL = text(
+    "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq, trace_context, "
+    "  webhook_url, idempotency_key, request_digest, root_policy) "
+    "VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1, "
+    "  :trace_context, :webhook_url, :idempotency_key, :request_digest, :root_policy) "
+    "ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id"
+)
+
+# A later run of a Root starts from the context its predecessor rebuilt, if any; a
+# rolled-back run's context is not the Root's any more, so it is skipped.
+_CHECKPOINT_SQL = text(
+    "INSERT INTO run_checkpoints (run_id, context_start_position, summary) "
+    "SELECT :id, coalesce(prev.context_start_position, 0), prev.summary "
+    "FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
+    "  SELECT cp.context_start_position, cp.summary FROM run_checkpoints cp JOIN runs r ON r.id = cp.run_id"
+    "  WHERE r.root_id = :root AND r.root_seq < :seq AND r.error_code IS DISTINCT FROM :rolled_back"
+    "  ORDER BY r.root_seq DESC LIMIT 1) AS prev ON true"
+)
+
+
+def _existing_run(
+    conn: Connection, request: RunRequest, request_digest: str | None, ttl_s: int
+) -> Submitted | None:
+    row = conn.execute(
+        _EXISTING_SQL, {"owner": request.owner, "key": request.idempotency_key, "ttl_s": ttl_s}
+    ).one_or_none()
+    if row is None:
+        return None
+    if row.request_digest != request_digest:
+        raise IdempotencyKeyReused(request.owner, row.id)
+    return Submitted(run_id=row.id, root_id=row.root_id, root_seq=row.root_seq, existing=True)
+
+
+def _take_root_turn(conn: Connection, request: RunRequest) -> tuple[UUID, int]:
+    """The run's Root and its seq in it: a new Root, or the next seq of the request's,
+    whose row stays locked until the transaction ends."""
     if request.root_id is None:
-        root_id, root_seq = uuid4(), 0
+        root_id = uuid4()
         conn.execute(
             text("INSERT INTO roots (id, owner, next_run_seq) VALUES (:id, :owner, 1)"),
             {"id": root_id, "owner": request.owner},
         )
-    else:
-        root_id = request.root_id
-        # Locks the Root row, so concurrent submits to one Root get distinct seqs in order.
-        seq = conn.execute(
-            text(
-                "UPDATE roots SET next_run_seq = next_run_seq + 1 WHERE id = :id AND owner = :owner "
-                "RETURNING next_run_seq - 1"
-            ),
-            {"id": root_id, "owner": request.owner},
-        ).scalar_one_or_none()
-        if seq is None:
-            raise RootNotFound(root_id, request.owner)
-        root_seq = int(seq)
-    conn.execute(
+        return root_id, 0
+    # Locks the Root row, so concurrent submits to one Root get distinct seqs in order
+    # and decide their root_policy one after the other.
+    seq = conn.execute(
         text(
-            "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq, trace_context, "
-            "  webhook_url) VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1, "
-            "  :trace_context, :webhook_url)"
+            "UPDATE roots SET next_run_seq = next_run_seq + 1 WHERE id = :id AND owner = :owner "
+            "RETURNING next_run_seq - 1"
         ),
+        {"id": request.root_id, "owner": request.owner},
+    ).scalar_one_or_none()
+    if seq is None:
+        raise RootNotFound(request.root_id, request.owner)
+    return request.root_id, int(seq)
+
+
+def _cancel_for(conn: Connection, policy: RootPolicy, run_ids: tuple[UUID, ...], new_run_id: UUID) -> None:
+    """Cancel the runs ``doubletext.runs_to_cancel`` locked (fence bumped: a round in
+    flight cannot commit); for ``rollback``, drop their messages from the Root."""
+    code, message = cancel_message(policy, new_run_id)
+    for run_id in run_ids:
+        end_run_txn(
+            conn, run_id, fence=None, status=RunStatus.CANCELLED, error_code=code, message=message,
+            event_kind="run_cancelled",
+        )
+    ids = {"new": new_run_id, "ids": list(run_ids)}
+    conn.execute(text("UPDATE runs SET interrupted_by = :new WHERE id = ANY(:ids)"), ids)
+    if policy is RootPolicy.ROLLBACK:
+        conn.execute(text("DELETE FROM messages WHERE run_id = ANY(:ids)"), ids)
+
+
+def submit_run_txn(
+    conn: Connection,
+    request: RunRequest,
+    config: dict[str, Any],
+    trace_context: str | None = None,
+    *,
+    request_digest: str | None = None,
+    idempotency_ttl_s: int = DEFAULT_IDEMPOTENCY_TTL_S,
+) -> Submitted:
+    """``submit_run`` on ``conn``, without committing (``_KeyRaced``: roll back, run again)."""
+    if request.idempotency_key is not None:
+        assert request_digest is not None, "a keyed submit carries the request's digest"
+        existing = _existing_run(conn, request, request_digest, idempotency_ttl_s)
+        if existing is not None:
+            return existing
+    root_id, root_seq = _take_root_turn(conn, request)
+    to_cancel = runs_to_cancel(conn, request.root_policy, root_id, root_seq)
+    run_id = uuid4()
+    inserted = conn.execute(
+        _INSERT_RUN_SQL,
         {
             "id": run_id,
             "root_id": root_id,
@@ -65,35 +158,52 @@ def submit_run_txn(
             "config": json.dumps(config),
             "trace_context": trace_context,
             "webhook_url": None if request.webhook is None else request.webhook.url,
+            "idempotency_key": request.idempotency_key,
+            "request_digest": request_digest,
+            "root_policy": request.root_policy.value,
         },
-    )
-    # A later run of a Root starts from the context its predecessor rebuilt, if any.
-    conn.execute(
-        text(
-            "INSERT INTO run_checkpoints (run_id, context_start_position, summary) "
-            "SELECT :id, coalesce(prev.context_start_position, 0), prev.summary "
-            "FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
-            "  SELECT cp.context_start_position, cp.summary FROM run_checkpoints cp JOIN runs r ON r.id = cp.run_id"
-            "  WHERE r.root_id = :root AND r.root_seq < :seq ORDER BY r.root_seq DESC LIMIT 1) AS prev ON true"
-        ),
-        {"id": run_id, "root": root_id, "seq": root_seq},
-    )
+    ).scalar_one_or_none()
+    if inserted is None:
+        raise _KeyRaced()
+    if to_cancel:
+        _cancel_for(conn, request.root_policy, to_cancel, run_id)
+    conn.execute(_CHECKPOINT_SQL, {"id": run_id, "root": root_id, "seq": root_seq, "rolled_back": ROLLED_BACK})
     conn.execute(
         text("INSERT INTO run_events (run_id, seq, kind, data) VALUES (:id, 1, 'run_queued', CAST(:data AS jsonb))"),
         {"id": run_id, "data": json.dumps({"root_id": str(root_id), "root_seq": root_seq})},
     )
-    return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq)
+    return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq, interrupted=to_cancel)
 
 
 def submit_run(
-    engine: Engine, request: RunRequest, config: dict[str, Any], trace_context: str | None = None
+    engine: Engine,
+    request: RunRequest,
+    config: dict[str, Any],
+    trace_context: str | None = None,
+    *,
+    request_digest: str | None = None,
+    idempotency_ttl_s: int = DEFAULT_IDEMPOTENCY_TTL_S,
 ) -> Submitted:
-    """Store a validated run (its Root, checkpoint and first event) in one transaction.
+    """Store a validated run (its Root, checkpoint and first event) in one transaction,
+    applying its ``root_policy``; or, for an ``idempotency_key`` the owner used within
+    ``idempotency_ttl_s``, return that run (``existing``), storing nothing, when
+    ``request_digest`` (the request's, without the key) is the same, else raise
+    ``IdempotencyKeyReused``. ``RootBusy``: ``reject`` on a busy Root, nothing stored.
     The caller sends the first task only after this commits. ``trace_context``: the W3C
     traceparent of the run's trace, which every claim of the run hands back."""
-    return run_transaction(
-        engine, lambda conn: submit_run_txn(conn, request, config, trace_context), name="submit_run"
-    )
+
+    def txn(conn: Connection) -> Submitted:
+        return submit_run_txn(
+            conn, request, config, trace_context, request_digest=request_digest, idempotency_ttl_s=idempotency_ttl_s
+        )
+
+    # The loser of a same-key race finds the winner's run on its second try.
+    for _ in range(2):
+        try:
+            return run_transaction(engine, txn, name="submit_run")
+        except _KeyRaced:
+            continue
+    return run_transaction(engine, txn, name="submit_run")
 
 
 # --- for the operator's metrics and traces ------------------------------------------------

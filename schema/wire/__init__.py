@@ -21,6 +21,9 @@ MAX_INPUT_CHARS = 1_000_000
 MAX_WEBHOOK_URL_CHARS = 2048
 OWNER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 MAX_OWNER_CHARS = 128
+# An idempotency key: visible ASCII (a UUID, a ULID, base64 and the like), no spaces.
+IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9._:@/+=~-]+$"
+MAX_IDEMPOTENCY_KEY_CHARS = 255
 
 
 class _Wire(BaseModel):
@@ -43,6 +46,15 @@ class RunStatus(StrEnum):
 TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 
+class RootPolicy(StrEnum):
+    """What a submit does when its Root has an active (queued, running, suspended) run."""
+
+    ENQUEUE = "enqueue"  # wait for it (the default)
+    REJECT = "reject"  # refuse the submit (ROOT_BUSY), store nothing
+    INTERRUPT = "interrupt"  # cancel it, keep its committed messages
+    ROLLBACK = "rollback"  # cancel it, drop its messages (and input) from the Root
+
+
 class Webhook(_Wire):
     """Where the run's ending and suspension events are POSTed, signed. The URL must start
     with one of the deployment's ``AIDAWORK_WEBHOOK_URLS`` prefixes (checked at submit)."""
@@ -60,6 +72,11 @@ class RunRequest(_Wire):
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     config: dict[str, Any]
     webhook: Webhook | None = None
+    # The same owner and key return the same run (schema.store.runs, submit_run_txn).
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, pattern=IDEMPOTENCY_KEY_PATTERN
+    )
+    root_policy: RootPolicy = RootPolicy.ENQUEUE
 
 
 class RoundTask(_Wire):

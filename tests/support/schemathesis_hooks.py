@@ -12,7 +12,9 @@ changing nothing the schema says:
   client tool schema the document describes accepts);
 - client tool names are distinct (a later duplicate is dropped);
 - ``owner`` is the token's own (``team-a``) and ``root_id`` is left out (a generated
-  UUID names no Root of this owner).
+  UUID names no Root of this owner);
+- the ``Idempotency-Key`` header and the body's ``idempotency_key``, when both are sent,
+  are equal (the body's key is set to the header's).
 
 Negative cases are sent as generated: the API must refuse each.
 """
@@ -36,6 +38,9 @@ def before_call(context: HookContext, case: Case, kwargs: dict[str, Any]) -> Non
         return
     body = case.body
     body.pop("root_id", None)
+    header_key = (case.headers or {}).get("Idempotency-Key")
+    if header_key is not None and body.get("idempotency_key") is not None:
+        body["idempotency_key"] = header_key
     if "owner" in body:
         body["owner"] = TOKEN_OWNER
     config = body.get("config")

@@ -90,10 +90,15 @@ def test_every_operation_answers_500_and_503_with_the_error_body() -> None:
         for status in ("401", "413", "422", "500", "503"):
             assert op["responses"][status]["content"] == error, (path, method, status)
         assert ("404" in op["responses"]) == ("{" in path), (path, method)  # only where a path names an id
-        if method == "get" or path == "/v1/runs":  # nothing there is refused for the run's state
+        if method == "get":  # nothing there is refused for the run's state
             assert "409" not in op["responses"], (path, method)
     answers = {f"/v1/runs/{{run_id}}/{name}" for name in ("deliveries", "prerequisites", "tool-results", "approvals")}
     assert all("409" in op["responses"] for path, _, op in found if path in answers | {"/v1/runs/{run_id}/cancel"})
+    # A submit: IDEMPOTENCY_KEY_REUSED or ROOT_BUSY, and 200 for a replayed idempotency key.
+    submit = next(op for path, method, op in found if (path, method) == ("/v1/runs", "post"))
+    assert submit["responses"]["409"]["content"] == error
+    assert {"200", "201"} <= set(submit["responses"])
+    assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in submit["parameters"])
 
 
 def test_the_document_has_the_package_version_and_the_bearer_scheme() -> None:

@@ -71,6 +71,15 @@ def rounds_view(run_id: UUID, rows: RunRows, max_output_bytes: int) -> RunRounds
     return RunRounds(run_id=run_id, status=RunStatus(rows.status), rounds=rounds, pending_model_calls=pending)
 
 
+def _checked_from(rows: RunRows) -> int:
+    """The first round whose context can be checked: none of a rolled-back run's (its
+    messages were deleted), and none before the round the current checkpoint was
+    admitted at (a rebuild replaced their context)."""
+    if rows.messages_dropped:
+        return 1 + max((r["boundary_seq"] for r in rows.rounds), default=-1)
+    return rows.checkpoint_boundary if rows.rebuilds else 0
+
+
 def _round(
     run_id: UUID, rows: RunRows, row: dict[str, Any], calls: list[ModelCallRow], max_output_bytes: int
 ) -> RoundView:
@@ -82,7 +91,7 @@ def _round(
         row["messages_digest"],
         summary=rows.summary,
         max_output_bytes=max_output_bytes,
-        current_from=rows.checkpoint_boundary if rows.rebuilds else 0,
+        current_from=_checked_from(rows),
     )
     started, finished = row["started_at"], row["finished_at"]
     return RoundView(

@@ -9,7 +9,16 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from schema.wire import MAX_INPUT_CHARS, MAX_OWNER_CHARS, OWNER_PATTERN, RootRunView, Webhook
+from schema.wire import (
+    IDEMPOTENCY_KEY_PATTERN,
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    MAX_INPUT_CHARS,
+    MAX_OWNER_CHARS,
+    OWNER_PATTERN,
+    RootPolicy,
+    RootRunView,
+    Webhook,
+)
 from worker.client import MAX_REASON_CHARS
 
 
@@ -31,6 +40,20 @@ class RunSubmission(_Body):
         default=None,
         description="POST the run's run_completed / run_failed / run_cancelled / run_suspended events here, "
         "signed (AIDAWORK-Signature); the URL must be under the deployment's AIDAWORK_WEBHOOK_URLS",
+    )
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_IDEMPOTENCY_KEY_CHARS,
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description="the same key (of this owner, within AIDAWORK_IDEMPOTENCY_TTL_S) returns the same run: 201 the "
+        "first time, 200 with the same body after; with a different request, 409 IDEMPOTENCY_KEY_REUSED. "
+        "Or the Idempotency-Key header (both given: they must be equal)",
+    )
+    root_policy: RootPolicy = Field(
+        default=RootPolicy.ENQUEUE,
+        description="when the Root has an active run: enqueue (wait for it), reject (409 ROOT_BUSY, nothing stored), "
+        "interrupt (cancel it, keep its messages), rollback (cancel it, drop its messages)",
     )
 
 

@@ -20,7 +20,8 @@ requests the API accepts, and the API refuses what it calls invalid.
 
 Rules no JSON Schema can tie together are in the descriptions: a scripted tool call names
 a tool enabled in ``tools`` or ``client_tools``; client tool names are distinct; ``owner``
-is the token's own; ``root_id`` is a Root of the token's owner.
+is the token's own; ``root_id`` is a Root of the token's owner; the ``Idempotency-Key``
+header and the body's ``idempotency_key``, both sent, are equal.
 """
 
 from __future__ import annotations

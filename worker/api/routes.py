@@ -20,7 +20,7 @@ from schema.store import owners as owner_store
 from schema.store.errors import RootNotFound
 from schema.store.owners import TailKey
 from schema.store.suspensions import DeliveryRefused, Receipt
-from schema.wire import RunView
+from schema.wire import IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS, RunView
 from worker import client
 from worker.api.auth import Credentials, authenticate, token_digest
 from worker.api.deps import ApiState, Owner, State
@@ -49,23 +49,52 @@ _STATE_REFUSES: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix="/v1")
 
 
-@router.post("/runs", status_code=201, response_model=SubmittedRun, summary="Submit a run")
-def submit_run(body: RunSubmission, owner: Owner, state: State, response: Response) -> SubmittedRun:
+_SUBMIT_ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {"model": SubmittedRun, "description": "an earlier submit with this Idempotency-Key stored this run"},
+    409: {**_ERROR, "description": "IDEMPOTENCY_KEY_REUSED (the key was used for another request) or ROOT_BUSY "
+          "(root_policy reject, and the Root has an active run)"},
+}
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=MAX_IDEMPOTENCY_KEY_CHARS,
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description="the same as the body's idempotency_key",
+    ),
+]
+
+
+@router.post(
+    "/runs", status_code=201, response_model=SubmittedRun, summary="Submit a run", responses=_SUBMIT_ANSWERS
+)
+def submit_run(
+    body: RunSubmission, owner: Owner, state: State, response: Response, idempotency_key: IdempotencyKey = None
+) -> SubmittedRun:
     if body.owner is not None and body.owner != owner:
         raise ApiError(
             422, "REQUEST_INVALID", f"owner: this token submits for {owner!r}; omit owner or send it", "owner"
+        )
+    if idempotency_key is not None and body.idempotency_key not in (None, idempotency_key):
+        raise ApiError(
+            422, "REQUEST_INVALID", "idempotency_key: differs from the Idempotency-Key header; send one, or both equal",
+            "idempotency_key",
         )
     # The fields as sent, not model_dump() (a config nested too deep fails to dump), and
     # checked before the store is touched; client.submit then validates the config.
     request = parse_request(
         {"owner": owner, "root_id": body.root_id, "input": body.input, "config": body.config,
-         "webhook": None if body.webhook is None else body.webhook.model_dump()}
+         "webhook": None if body.webhook is None else body.webhook.model_dump(),
+         "idempotency_key": idempotency_key or body.idempotency_key, "root_policy": body.root_policy.value}
     )
     try:
         submitted = client.submit(request, ctx=state.context())
     except RootNotFound as exc:  # a field of this request, not the resource addressed
         raise ApiError(422, exc.code, exc.message, "root_id") from None
     response.headers["Location"] = f"/v1/runs/{submitted.run_id}"
+    if submitted.existing:
+        response.status_code = 200
     return SubmittedRun(run_id=submitted.run_id, root_id=submitted.root_id, root_seq=submitted.root_seq)
 
 

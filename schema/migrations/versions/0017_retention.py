@@ -8,7 +8,7 @@ a DELETE in a transaction that declared itself a prune (``SET LOCAL aidawork.pru
 of a consumption whose run has ended. UPDATE is still refused always.
 
 Revision ID: 0017
-Revises: 0013
+Revises: 0015
 Create Date: 2026-12-02
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017"
-down_revision = "0013"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

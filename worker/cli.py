@@ -30,6 +30,7 @@ from runtime.plugins import PluginError, process_plugins
 from schema.store.errors import RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RunEvent
+from schema.wire.route import MAX_PRIORITY, MIN_PRIORITY
 from worker.logging import configure_logging
 from worker.processes import aidawork_version, cmd_api, cmd_beat, cmd_flower, cmd_migrate, cmd_worker
 from worker.settings import Settings, SettingsError, get_settings
@@ -126,6 +127,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return _err(str(exc), EXIT_INPUT)
     if not isinstance(raw, dict):
         return _err("the request must be a JSON object", EXIT_INPUT)
+    if args.priority is not None:
+        raw = {**raw, "priority": args.priority}
     try:
         submitted = client.submit(raw)
     except (RequestInvalid, RootNotFound) as exc:
@@ -411,6 +414,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_api)
     p = sub.add_parser("submit", help="submit a run request (JSON file, or - for stdin); prints the run id")
     p.add_argument("file")
+    p.add_argument(
+        "--priority",
+        type=int,
+        choices=range(MIN_PRIORITY, MAX_PRIORITY + 1),
+        metavar="0-9",
+        help="orders the run's rounds within its owner's share: 9 the most urgent (default: the file's, else 5)",
+    )
     p.set_defaults(fn=cmd_submit)
     p = sub.add_parser("status", help="show a run")
     p.add_argument("run_id", type=_run_id)

@@ -14,10 +14,12 @@ from sqlalchemy import Connection, Engine, text
 
 from schema.store.errors import FenceLost, RootNotFound, RunNotFound
 from schema.store.roots import next_in_root_sql
+from schema.store.routes import weight_sql
 from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
 from schema.store.webhooks import deliveries_of
 from schema.wire import RunRequest, RunStatus, RunView
+from schema.wire.route import Route
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class Submitted:
     run_id: UUID
     root_id: UUID
     root_seq: int
+    route: Route  # how its rounds are routed: read in the submit's transaction
 
 
 def submit_run_txn(
@@ -50,11 +53,12 @@ def submit_run_txn(
         if seq is None:
             raise RootNotFound(root_id, request.owner)
         root_seq = int(seq)
-    conn.execute(
+    weight = conn.execute(
         text(
             "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq, trace_context, "
-            "  webhook_url) VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1, "
-            "  :trace_context, :webhook_url)"
+            "  webhook_url, priority) VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, "
+            "  CAST(:config AS jsonb), 1, :trace_context, :webhook_url, :priority) "
+            f"RETURNING {weight_sql('runs')}"
         ),
         {
             "id": run_id,
@@ -65,8 +69,9 @@ def submit_run_txn(
             "config": json.dumps(config),
             "trace_context": trace_context,
             "webhook_url": None if request.webhook is None else request.webhook.url,
+            "priority": request.priority,
         },
-    )
+    ).scalar_one()
     # A later run of a Root starts from the context its predecessor rebuilt, if any.
     conn.execute(
         text(
@@ -82,7 +87,8 @@ def submit_run_txn(
         text("INSERT INTO run_events (run_id, seq, kind, data) VALUES (:id, 1, 'run_queued', CAST(:data AS jsonb))"),
         {"id": run_id, "data": json.dumps({"root_id": str(root_id), "root_seq": root_seq})},
     )
-    return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq)
+    route = Route(request.owner, weight, request.priority)
+    return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq, route=route)
 
 
 def submit_run(

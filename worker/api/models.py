@@ -10,6 +10,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from schema.wire import MAX_INPUT_CHARS, MAX_OWNER_CHARS, OWNER_PATTERN, RootRunView, Webhook
+from schema.wire.route import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from worker.client import MAX_REASON_CHARS
 
 
@@ -31,6 +32,12 @@ class RunSubmission(_Body):
         default=None,
         description="POST the run's run_completed / run_failed / run_cancelled / run_suspended events here, "
         "signed (AIDAWORK-Signature); the URL must be under the deployment's AIDAWORK_WEBHOOK_URLS",
+    )
+    priority: int = Field(
+        default=DEFAULT_PRIORITY,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="orders the run's rounds within its owner's share of the fleet: 9 the most urgent, 0 the least",
     )
 
 

@@ -59,7 +59,7 @@ def submit_run(body: RunSubmission, owner: Owner, state: State, response: Respon
     # checked before the store is touched; client.submit then validates the config.
     request = parse_request(
         {"owner": owner, "root_id": body.root_id, "input": body.input, "config": body.config,
-         "webhook": None if body.webhook is None else body.webhook.model_dump()}
+         "webhook": None if body.webhook is None else body.webhook.model_dump(), "priority": body.priority}
     )
     try:
         submitted = client.submit(request, ctx=state.context())

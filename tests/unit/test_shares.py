@@ -69,3 +69,12 @@ def test_a_roots_next_run_is_sent_with_its_own_priority() -> None:
     assert execute_round(s.ctx, RoundTask(run_id=first, boundary_seq=0)) is RoundDisposition.COMMITTED
     (sent,) = s.dispatch.sent
     assert (sent.run_id, sent.boundary_seq, sent.route) == (second, 0, Route("team-test", 1, 9))
+
+
+def test_the_cli_refuses_a_priority_out_of_range_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from worker.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["submit", "--priority", "12", "request.json"])
+    assert exited.value.code == 2
+    assert "--priority" in capsys.readouterr().err

@@ -9,7 +9,8 @@
 5. bytes stored per round, events included, for a small and a 100 kB tool output;
 6. a 16 x 20 throughput figure and where a round's time goes, in process;
 7. 16 runs of one 1 s round on one `--concurrency 16` worker: the wall time of rounds that
-   overlap (tests/e2e/test_concurrency.py asserts that they do, not how fast).
+   overlap (tests/e2e/test_concurrency.py asserts that they do, not how fast);
+8. fair share: owner B's 10 runs alone and behind owner A's 500 queued runs (bench/fairness.py).
 
 Prints figures; never fails on timing.
 """
@@ -27,7 +28,7 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench.env  # sets the environment before any project module reads it
-from bench import db, inflight, streaming
+from bench import db, fairness, inflight, streaming
 from bench.procs import HopWorkers, aidawork_worker, cpu_ms, stop
 
 LONG_ROUNDS = 500
@@ -276,6 +277,8 @@ def main() -> None:
     flight = inflight.measure()
     log("streaming: the in-flight figure with a streamed answer, without and with a watcher")
     streamed = streaming.measure()
+    log("fair share: B's 10 runs alone and behind A's 500")
+    fair = fairness.measure()
     log("step breakdown, in process")
     try:
         steps: dict[str, float] | str = step_breakdown()
@@ -293,6 +296,7 @@ def main() -> None:
     out += [*report_rounds(figures, plain_ms, ours_ms), ""]
     out += [*inflight.report(flight), ""]
     out += [*streaming.report(streamed), ""]
+    out += [*fairness.report(fair), ""]
     out += [*report_bytes(figures), ""]
     out.append(
         f"Throughput, 16 runs x 20 rounds in parallel (zero latency, --concurrency {ROUND_WORKER_CONCURRENCY}): "

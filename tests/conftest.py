@@ -87,7 +87,8 @@ def ctx(db_url: str, broker: RecordingBroker) -> Iterator[Any]:
     by ``broker`` (tests/e2e overrides this with one on the real broker)."""
     from worker.app import Dispatcher
 
-    context = replace(make_context(db_url), dispatch=Dispatcher(broker))  # type: ignore[arg-type]
+    base = make_context(db_url)
+    context = replace(base, dispatch=Dispatcher(broker, base.settings.round_queues))  # type: ignore[arg-type]
     yield context
     context.leases.stop()  # a context that claimed rounds registered itself and heartbeats
     context.engine.dispose()

@@ -15,6 +15,10 @@
   reconciler is no task, it runs inside ``aidawork beat`` on its timer
   (``worker.reconcile``), so Flower lists work, not ticks.
 - No result backend: outcomes live in PostgreSQL.
+- Fair share and priorities (``runtime.shares``): AIDAWORK_ROUND_QUEUES round queues
+  (``aidawork.rounds.0`` ...), all consumed by every worker, served one message per turn
+  in rotation (``worker.broker``); a run's rounds go to its owner's queues, each send
+  with the run's priority (10 priority steps: one per ``runs.priority``).
 - Publishing retries for a few seconds while the broker is unreachable
   (``PUBLISH_RETRY_POLICY``); past that, ``send_or_defer`` marks the run due for the
   reconciler's next pass, so a run moves again seconds after the broker is back, not
@@ -35,11 +39,13 @@ from uuid import UUID
 import structlog
 from celery import Celery
 
+from runtime.shares import broker_priority, queue_index
 from schema.store.store import Store
 from schema.wire import OriginalToolRoundResume
+from schema.wire.route import MAX_PRIORITY, Route
 from worker.settings import Settings, get_settings
 
-ROUNDS_QUEUE = "aidawork.rounds"
+ROUNDS_QUEUE = "aidawork.rounds"  # the prefix of the round queues' names
 RUN_ROUND_TASK = "aidawork.run_round"
 RESUME_ROUND_TASK = "aidawork.resume_round"
 
@@ -52,6 +58,19 @@ VISIBILITY_TIMEOUT_S = 3600
 PUBLISH_RETRY_POLICY = {"max_retries": 10, "interval_start": 0, "interval_step": 0.5, "interval_max": 1.0}
 
 
+# One broker priority step per run priority, so 0-9 all order (kombu's default has four).
+PRIORITY_STEPS = list(range(MAX_PRIORITY + 1))
+
+
+def round_queue(index: int) -> str:
+    return f"{ROUNDS_QUEUE}.{index}"
+
+
+def round_queues(settings: Settings) -> list[str]:
+    """Every round queue, in index order: what a worker consumes."""
+    return [round_queue(i) for i in range(settings.round_queues)]
+
+
 def create_app(settings: Settings) -> Celery:
     """A Celery app on ``settings.broker_url``, with the delivery semantics above."""
     app = Celery("aidawork", set_as_current=False)
@@ -60,7 +79,11 @@ def create_app(settings: Settings) -> Celery:
         # kombu's Redis transport, reusing one client per channel (worker/broker.py).
         broker_transport="worker.broker:Transport" if settings.broker_url.startswith(("redis:", "rediss:")) else None,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        broker_transport_options={
+            "visibility_timeout": VISIBILITY_TIMEOUT_S,
+            "priority_steps": PRIORITY_STEPS,
+            "queue_order_strategy": "round_robin",
+        },
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
@@ -73,7 +96,7 @@ def create_app(settings: Settings) -> Celery:
         result_serializer="json",
         task_ignore_result=True,
         result_backend=None,
-        task_default_queue=ROUNDS_QUEUE,
+        task_default_queue=round_queue(0),
         # Logging is worker.logging's (JSON lines); Celery leaves the root logger and
         # stdout alone.
         worker_hijack_root_logger=False,
@@ -116,24 +139,36 @@ class Dispatcher:
     """Sends the round and resume tasks on one app's broker. Send only after the state a
     task depends on committed; ``send_or_defer`` covers a broker that stays down."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, queues: int) -> None:
         self.app = app
+        self.queues = queues  # AIDAWORK_ROUND_QUEUES
 
-    def round(self, run_id: UUID, boundary_seq: int) -> None:
-        """Send the task for one round."""
-        self.app.send_task(RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=ROUNDS_QUEUE)
-        log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq)
+    def round(self, run_id: UUID, boundary_seq: int, route: Route) -> None:
+        """Send the task for one round, to its owner's share at the run's priority."""
+        queue = round_queue(queue_index(route, run_id, boundary_seq, self.queues))
+        self.app.send_task(
+            RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=queue, priority=broker_priority(route.priority)
+        )
+        log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq, queue=queue)
 
-    def resume(self, resumes: Sequence[OriginalToolRoundResume]) -> None:
-        """Send the resume of a suspended round (its inputs are all stored). The payload
-        is the resume tokens: ids, digests and proofs, no file bodies."""
-        self.app.send_task(RESUME_ROUND_TASK, args=[[r.model_dump(mode="json") for r in resumes]], queue=ROUNDS_QUEUE)
+    def resume(self, resumes: Sequence[OriginalToolRoundResume], route: Route) -> None:
+        """Send the resume of a suspended round (its inputs are all stored), routed as
+        its rounds are. The payload is the resume tokens: ids, digests and proofs, no
+        file bodies."""
         first = resumes[0]
+        queue = round_queue(queue_index(route, first.run_id, first.boundary_seq, self.queues))
+        self.app.send_task(
+            RESUME_ROUND_TASK,
+            args=[[r.model_dump(mode="json") for r in resumes]],
+            queue=queue,
+            priority=broker_priority(route.priority),
+        )
         log.info(
             "resume_enqueued",
             next_run_id=str(first.run_id),
             next_boundary_seq=first.boundary_seq,
             tool_call_ids=[r.tool_call_id for r in resumes],
+            queue=queue,
         )
 
 

@@ -1,19 +1,37 @@
-"""The Redis transport, with one change: a channel reuses one Redis client for its
-synchronous commands instead of building a new one for every publish and ack.
+"""The Redis transport, with two changes: a channel reuses one Redis client for its
+synchronous commands instead of building a new one for every publish and ack, and its
+BRPOP serves the queues in turn, each at its own priority order.
 
 kombu's Redis channel creates a ``redis.Redis`` object per operation
 (``Channel.conn_or_acquire``), and each builds its table of ~200 response callbacks: about
 6 % of a worker's CPU per round, measured with py-spy. A ``redis.Redis`` client takes a
 connection from its pool for each command and is safe to share between threads, so one
-per channel is enough. Selected in ``worker.app`` with ``broker_transport``."""
+per channel is enough.
+
+Fair share (``runtime.shares``) needs the consumer to take one message per turn from each
+non-empty round queue. kombu's channel already rotates its queues (``round_robin``: the
+queue a message came from moves to the end), but it lists the BRPOP keys priority first,
+across queues (every queue's step 0, then every queue's step 1, ...), so one queue's
+urgent message would jump every other queue's turn: one owner's priorities would outrank
+another owner's share. Here the keys are listed queue first (the first queue's steps in
+order, then the next queue's), so BRPOP pops from the first non-empty queue of the
+rotation, the most urgent of that queue's messages: priorities order rounds within a
+queue, the rotation between queues. Selected in ``worker.app`` with ``broker_transport``."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
+from time import monotonic
 from typing import Any
 
 import redis
 from kombu.transport import redis as kombu_redis
+
+
+def brpop_keys(queues: Sequence[str], steps: Sequence[int], key_for: Callable[[str, int], str]) -> list[str]:
+    """BRPOP's keys for queues in their turn order: queue first, then priority steps."""
+    return [key_for(queue, step) for queue in queues for step in steps]
 
 
 class Channel(kombu_redis.Channel):
@@ -35,6 +53,21 @@ class Channel(kombu_redis.Channel):
                 if self._sync_client is None:
                     self._sync_client = super()._create_client(asynchronous=False)  # type: ignore[no-untyped-call]
         return self._sync_client
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        # kombu 5.x's own _brpop_start, with the keys in brpop_keys' order (see above).
+        if timeout is None:
+            timeout = float(self.brpop_timeout)
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        keys: list[Any] = brpop_keys(queues, self.priority_steps, self._q_for_pri)
+        command_args = ["BRPOP", *keys, timeout or 0]
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = monotonic()  # type: ignore[assignment]  # kombu declares it None
+        if self.global_keyprefix:
+            command_args = self.client._prefix_args(command_args)
+        self.client.connection.send_command(*command_args)
 
     def _disconnect_pools(self) -> None:
         self._sync_client = None  # bound to the pool being dropped

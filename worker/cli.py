@@ -30,6 +30,7 @@ from runtime.plugins import PluginError, process_plugins
 from schema.store.errors import IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RunEvent
+from schema.wire.route import MAX_PRIORITY, MIN_PRIORITY
 from worker.logging import configure_logging
 from worker.processes import aidawork_version, cmd_api, cmd_beat, cmd_flower, cmd_migrate, cmd_worker
 from worker.retention import older_than_days_arg
@@ -133,6 +134,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             if raw.get(field) not in (None, given):
                 return _err(f"invalid request: {field}: differs from --{flag.replace('_', '-')}", EXIT_INPUT)
             raw[field] = given
+    if args.priority is not None:
+        raw = {**raw, "priority": args.priority}
     try:
         submitted = client.submit(raw)
     except (RequestInvalid, RootNotFound) as exc:
@@ -447,6 +450,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--root-policy", choices=["enqueue", "reject", "interrupt", "rollback"],
         help="the request's root_policy: what to do when the Root has an active run",
+    )
+    p.add_argument(
+        "--priority",
+        type=int,
+        choices=range(MIN_PRIORITY, MAX_PRIORITY + 1),
+        metavar="0-9",
+        help="orders the run's rounds within its owner's share: 9 the most urgent (default: the file's, else 5)",
     )
     p.set_defaults(fn=cmd_submit)
     p = sub.add_parser("status", help="show a run")

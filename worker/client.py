@@ -85,8 +85,10 @@ def submit(request: Mapping[str, Any] | RunRequest, *, ctx: ClientContext | None
         if submitted.interrupted:
             log.info("runs_interrupted", run_id=str(submitted.run_id), root_policy=parsed.root_policy.value,
                      interrupted=[str(i) for i in submitted.interrupted])
+        route = submitted.route
+        assert route is not None, "a run stored by this submit has its route"
         # The run is durable: if the broker is down, the reconciler sends it once it is back.
-        send_or_defer(ctx.store, submitted.run_id, lambda: ctx.dispatch.round(submitted.run_id, 0))
+        send_or_defer(ctx.store, submitted.run_id, lambda: ctx.dispatch.round(submitted.run_id, 0, route))
     finally:
         if span is not None:
             span.end()
@@ -109,7 +111,7 @@ def cancel(run_id: UUID, *, ctx: ClientContext | None = None) -> bool:
     ctx = ctx or get_client_context()
     cancelled, next_run_id = run_store.cancel_run(ctx.engine, run_id)
     if next_run_id is not None:
-        ctx.dispatch.round(next_run_id, 0)
+        ctx.dispatch.round(next_run_id, 0, ctx.store.route_of(next_run_id))
     return cancelled
 
 
@@ -186,7 +188,8 @@ def _resume(ctx: ClientContext, run_id: UUID, receipt: Receipt) -> Receipt:
     either way; a broker that is down makes it due for the reconciler instead."""
     if receipt.resumes:
         resumes = receipt.resumes
-        send_or_defer(ctx.store, run_id, lambda: ctx.dispatch.resume(resumes))
+        route = ctx.store.route_of(run_id)  # a delivery is no round: one small read
+        send_or_defer(ctx.store, run_id, lambda: ctx.dispatch.resume(resumes, route))
     return receipt
 
 

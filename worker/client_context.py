@@ -103,7 +103,7 @@ def build_client_context(settings: Settings, threads: int | None = None) -> Clie
         engine=engine,
         store=Store(engine),
         runtime=runtime_for(settings),
-        dispatch=Dispatcher(app_for(settings)),
+        dispatch=Dispatcher(app_for(settings), settings.round_queues),
     )
 
 

@@ -92,7 +92,7 @@ def worker_node_name(name: str) -> str:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from worker.app import ROUNDS_QUEUE, get_app
+    from worker.app import get_app, round_queues
     from worker.bootstrap import get_context, serve_metrics, set_process_threads
 
     settings = get_settings()
@@ -110,7 +110,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     serve_metrics(get_context())  # before Celery starts: a port in use fails the start, loudly
     _celery_keeps_our_logging()
     _celery_says_json()
-    log.info("worker_started", node=node, concurrency=concurrency, queues=[ROUNDS_QUEUE], version=aidawork_version())
+    queues = round_queues(settings)
+    log.info("worker_started", node=node, concurrency=concurrency, queues=len(queues), version=aidawork_version())
     try:
         get_app().start(
             [
@@ -118,7 +119,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 "worker",
                 "--pool=threads",
                 f"--concurrency={concurrency}",
-                f"--queues={ROUNDS_QUEUE}",
+                f"--queues={','.join(queues)}",
                 f"--hostname={node}",
                 f"--loglevel={settings.log_level}",
                 "--task-events",

@@ -55,17 +55,17 @@ def reconcile(ctx: ClientContext) -> int:
         log.warning("broker_reset_detected", detail="queued messages may be lost: every ready run is re-sent now")
         grace_s = 0.0
     due = due_for_dispatch(ctx.engine, grace_s=grace_s)
-    for run_id, boundary_seq, resume in due:
+    for run_id, boundary_seq, resume, route in due:
         resumes = pending_resumes(ctx.engine, run_id) if resume else []
         if resumes:
-            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes))
+            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes, route))
         else:
-            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.round, run_id, boundary_seq))
+            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.round, run_id, boundary_seq, route))
         log.info("run_redispatched", run_id=str(run_id), boundary_seq=boundary_seq, resume=resume)
     for run_id in suspended_with_all_inputs(ctx.engine):
         resumes = resume_if_ready(ctx.engine, run_id)
         if resumes:
-            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes))
+            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes, ctx.store.route_of(run_id)))
             log.info("run_redispatched", run_id=str(run_id), resume=True)
     forget_old_workers(ctx.engine)
     return len(due)

@@ -296,13 +296,17 @@ def _after_commit(
     failpoints.hit("after_commit", owner=claim.owner)
 
     if isinstance(outcome, Continue):
-        send_or_defer(ctx.store, claim.run_id, lambda: ctx.dispatch.round(claim.run_id, claim.boundary_seq + 1))
+        send_or_defer(
+            ctx.store, claim.run_id, lambda: ctx.dispatch.round(claim.run_id, claim.boundary_seq + 1, claim.route)
+        )
     elif isinstance(outcome, Suspend):
         resumes = ctx.store.resume_if_ready(claim.run_id)
         if resumes:
-            send_or_defer(ctx.store, claim.run_id, lambda: ctx.dispatch.resume(resumes))
+            send_or_defer(ctx.store, claim.run_id, lambda: ctx.dispatch.resume(resumes, claim.route))
     elif next_run_id is not None:
-        send_or_defer(ctx.store, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0))
+        # Another run of the Root (same owner, its own priority): read once per run's end.
+        route = ctx.store.route_of(next_run_id, claim.owner)
+        send_or_defer(ctx.store, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0, route))
     failpoints.hit("after_enqueue", owner=claim.owner)
     return RoundDisposition.COMMITTED
 
@@ -374,7 +378,7 @@ def _fail_run(
     ctx.runtime.contexts.discard(claim.run_id)
     log.warning("run_failed", error_code=code, error_message=message)
     if next_run_id is not None:
-        ctx.dispatch.round(next_run_id, 0)
+        ctx.dispatch.round(next_run_id, 0, ctx.store.route_of(next_run_id, claim.owner))
     return RoundDisposition.RUN_FAILED
 
 

@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     # A ready run whose last task was sent this long ago without a claim is re-sent.
     dispatch_grace_s: float = Field(default=30.0, gt=0, le=3600)
     reconcile_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    # Fair share (runtime.shares): the number of round queues the broker rotates between.
+    # An owner of weight W sends to W of them (at most all); owners whose queues overlap
+    # share them FIFO, so keep it well above the summed weights of the owners busy at once.
+    # Every process of a deployment (workers, beat, API, CLI) must have the same value.
+    round_queues: int = Field(default=16, ge=1, le=256)
     # Failed executions of one round (its worker died in it, or it raised) before the run
     # fails with ROUND_ATTEMPTS_EXHAUSTED.
     max_round_attempts: int = Field(default=3, ge=1, le=100)

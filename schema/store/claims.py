@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, TextClause, text
 
 from schema.store.bodies import message_body_sql
 from schema.store.roots import earlier_active_sql
+from schema.store.routes import weight_sql
 from schema.store.tx import run_transaction
 from schema.store.workers import DEATH_ELSEWHERE
 from schema.wire import RunStatus
@@ -63,6 +64,7 @@ WITH recorded AS ({recorded}
     AND NOT {earlier_active_sql("runs")}
     AND {guard}
   RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims, trace_context,
+    priority, {weight_sql("runs")} AS weight,
     CASE WHEN :cold THEN input END AS input,
     CASE WHEN :cold THEN config END AS config
 )
@@ -183,6 +185,8 @@ def claim_round_txn(
         trace_context=row.trace_context,
         earlier_model_calls=row.earlier_model_calls,
         queue_lag_s=None if row.queue_lag_s is None else float(row.queue_lag_s),
+        weight=row.weight,
+        priority=row.priority,
     )
 
 

@@ -12,12 +12,15 @@ enough: a suspended round's commit keeps the boundary, and a release keeps every
 
 from __future__ import annotations
 
+from typing import NamedTuple
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
 from schema.store.roots import earlier_active_sql
+from schema.store.routes import weight_sql
 from schema.store.tx import run_transaction
+from schema.wire.route import Route
 
 # The same statement is the worker's own heartbeat in the registry (schema.store.workers),
 # so a worker's leases and its liveness can never tell different stories.
@@ -135,21 +138,29 @@ WITH due AS (
 )
 UPDATE runs SET dispatched_at = now() FROM due WHERE runs.id = due.id
 RETURNING runs.id, runs.boundary_seq,
-  EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq) AS resume
+  EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq) AS resume,
+  runs.owner, runs.priority, {weight_sql("runs")} AS weight
 """
 )
 
 
-def due_for_dispatch_txn(conn: Connection, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int, bool]]:
+class Due(NamedTuple):
+    run_id: UUID
+    boundary_seq: int
+    resume: bool
+    route: Route  # a re-send routes as the first send did (runtime.shares)
+
+
+def due_for_dispatch_txn(conn: Connection, *, grace_s: float, limit: int = 500) -> list[Due]:
     result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit, "max_backoff_s": MAX_BACKOFF_S})
-    return [(r.id, r.boundary_seq, r.resume) for r in result]
+    return [Due(r.id, r.boundary_seq, r.resume, Route(r.owner, r.weight, r.priority)) for r in result]
 
 
-def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[tuple[UUID, int, bool]]:
+def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[Due]:
     """Runs that should be executing but have no live task: their lease expired (a
     crashed or paused worker) or their last task was sent more than ``grace_s`` ago and
     never claimed (a lost message). Marks them dispatched now; the caller sends tasks.
-    Each is ``(run_id, boundary_seq, resume)``: ``resume`` when the round at that
+    Each is ``(run_id, boundary_seq, resume, route)``: ``resume`` when the round at that
     boundary is a suspended one whose inputs have all arrived."""
     return run_transaction(
         engine,

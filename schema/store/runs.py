@@ -15,10 +15,12 @@ from sqlalchemy import Connection, Engine, text
 from schema.store.doubletext import ROLLED_BACK, cancel_message, runs_to_cancel
 from schema.store.errors import FenceLost, IdempotencyKeyReused, RootNotFound, RunNotFound
 from schema.store.roots import next_in_root_sql
+from schema.store.routes import weight_sql
 from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
 from schema.store.webhooks import deliveries_of
 from schema.wire import RootPolicy, RunRequest, RunStatus, RunView
+from schema.wire.route import Route
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class Submitted:
     run_id: UUID
     root_id: UUID
     root_seq: int
+    # How its rounds are routed, read in the submit's transaction (None: an existing run,
+    # nothing to send).
+    route: Route | None = None
     # The run was stored by an earlier submit with the same idempotency key: nothing new
     # was stored (and nothing is to be sent).
     existing: bool = False
@@ -59,10 +64,11 @@ WHERE owner = :owner AND idempotency_key = :key AND created_at >= now() - make_i
 
 _INSERT_RUN_SQL = text(
     "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq, trace_context, "
-    "  webhook_url, idempotency_key, request_digest, root_policy) "
+    "  webhook_url, idempotency_key, request_digest, root_policy, priority) "
     "VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1, "
-    "  :trace_context, :webhook_url, :idempotency_key, :request_digest, :root_policy) "
-    "ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id"
+    "  :trace_context, :webhook_url, :idempotency_key, :request_digest, :root_policy, :priority) "
+    "ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
+    f"RETURNING id, {weight_sql('runs')} AS weight"
 )
 
 # A later run of a Root starts from the context its predecessor rebuilt, if any; a
@@ -158,11 +164,12 @@ def submit_run_txn(
             "config": json.dumps(config),
             "trace_context": trace_context,
             "webhook_url": None if request.webhook is None else request.webhook.url,
+            "priority": request.priority,
             "idempotency_key": request.idempotency_key,
             "request_digest": request_digest,
             "root_policy": request.root_policy.value,
         },
-    ).scalar_one_or_none()
+    ).one_or_none()
     if inserted is None:
         raise _KeyRaced()
     if to_cancel:
@@ -172,7 +179,8 @@ def submit_run_txn(
         text("INSERT INTO run_events (run_id, seq, kind, data) VALUES (:id, 1, 'run_queued', CAST(:data AS jsonb))"),
         {"id": run_id, "data": json.dumps({"root_id": str(root_id), "root_seq": root_seq})},
     )
-    return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq, interrupted=to_cancel)
+    route = Route(request.owner, inserted.weight, request.priority)
+    return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq, route=route, interrupted=to_cancel)
 
 
 def submit_run(

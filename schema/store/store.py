@@ -15,7 +15,7 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
-from schema.store import claims, effects, leases, rebuilds, rounds, runs, suspensions
+from schema.store import claims, effects, leases, rebuilds, rounds, routes, runs, suspensions
 from schema.store.claims import ClaimRefusal
 from schema.store.effects import ExecutionRecord
 from schema.store.rebuilds import PlanReservation, Reservation, VerifyPrefix
@@ -24,6 +24,7 @@ from schema.wire import OriginalToolRoundResume
 from schema.wire.claim import Claim, LoadedMessage
 from schema.wire.rebuild import RebuildCandidate, SourceMessage
 from schema.wire.record import RoundRecord
+from schema.wire.route import Route
 
 
 class Store:
@@ -115,6 +116,9 @@ class Store:
 
     def fail_claimed_run(self, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:
         return runs.fail_claimed_run(self.engine, run_id, fence, error_code, message)
+
+    def route_of(self, run_id: UUID, owner: str | None = None) -> Route:
+        return routes.route_of(self.engine, run_id, owner)
 
     def dispatch_failed(self, run_id: UUID) -> None:
         leases.dispatch_failed(self.engine, run_id)

@@ -15,6 +15,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schema.wire.route import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from schema.wire.vocab import WebhookStatus
 
 MAX_INPUT_CHARS = 1_000_000
@@ -77,6 +78,9 @@ class RunRequest(_Wire):
         default=None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS, pattern=IDEMPOTENCY_KEY_PATTERN
     )
     root_policy: RootPolicy = RootPolicy.ENQUEUE
+    # Orders the run's rounds within its owner's share of the fleet: 9 the most urgent,
+    # 0 the least (runtime.shares).
+    priority: int = Field(default=DEFAULT_PRIORITY, ge=MIN_PRIORITY, le=MAX_PRIORITY)
 
 
 class RoundTask(_Wire):

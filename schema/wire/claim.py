@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from schema.wire.route import DEFAULT_PRIORITY, DEFAULT_WEIGHT, Route
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -77,3 +79,11 @@ class Claim:
     earlier_model_calls: int = 0
     # Seconds from the previous round's commit to this claim (None at boundary 0).
     queue_lag_s: float | None = None
+    # The owner's weight and the run's priority, read by the claim: how the run's next
+    # round is routed (runtime.shares), with no read of its own.
+    weight: int = DEFAULT_WEIGHT
+    priority: int = DEFAULT_PRIORITY
+
+    @property
+    def route(self) -> Route:
+        return Route(self.owner, self.weight, self.priority)

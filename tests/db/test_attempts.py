@@ -118,9 +118,9 @@ def test_reconciler_backs_off_a_round_whose_execution_failed_before(engine: Engi
     _set(engine, repeat.run_id, "round_attempts = 2")  # ... and the second had failed twice before
 
     # The first failure is retried at once; the third waits (2^2 - 1) x grace_s = 30 s.
-    assert {r for r, _, _ in lease_store.due_for_dispatch(engine, grace_s=10)} == {fresh.run_id}
+    assert {d.run_id for d in lease_store.due_for_dispatch(engine, grace_s=10)} == {fresh.run_id}
     _set(engine, repeat.run_id, "lease_expires_at = now() - interval '31 seconds'")
-    assert {r for r, _, _ in lease_store.due_for_dispatch(engine, grace_s=10)} == {repeat.run_id}
+    assert {d.run_id for d in lease_store.due_for_dispatch(engine, grace_s=10)} == {repeat.run_id}
 
 
 def test_round_whose_holders_keep_dying_before_executing_fails_the_run(ctx: Any) -> None:

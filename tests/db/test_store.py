@@ -110,7 +110,7 @@ def test_reconcile_finds_expired_leases_and_lost_messages_but_not_live_runs(engi
     expire_lease(engine, crashed.run_id)
     with engine.begin() as conn:
         conn.execute(text("UPDATE runs SET dispatched_at = now() - interval '1 minute'"))
-    due = {run_id: (boundary, resume) for run_id, boundary, resume in lease_store.due_for_dispatch(engine, grace_s=5)}
+    due = {d.run_id: (d.boundary_seq, d.resume) for d in lease_store.due_for_dispatch(engine, grace_s=5)}
     assert due == {lost.run_id: (0, False), crashed.run_id: (0, False)}
     # Marked as dispatched: a second reconciler right after finds nothing to send.
     assert lease_store.due_for_dispatch(engine, grace_s=5) == []

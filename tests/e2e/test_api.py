@@ -185,7 +185,8 @@ BAD_SUBMISSIONS: dict[str, tuple[bytes, int, str]] = {
     "not_an_object": (b"[1, 2]", 422, "body"),
     "missing_input": (json.dumps(_with(VALID, ["input"], ...)).encode(), 422, "input"),
     "empty_input": (json.dumps(_with(VALID, ["input"], "")).encode(), 422, "input"),
-    "unknown_field": (json.dumps({**VALID, "priority": 1}).encode(), 422, "priority"),
+    "unknown_field": (json.dumps({**VALID, "urgency": 1}).encode(), 422, "urgency"),
+    "priority_out_of_range": (json.dumps({**VALID, "priority": 10}).encode(), 422, "priority"),
     "other_owner": (json.dumps({**VALID, "owner": "team-b"}).encode(), 422, "owner"),
     "root_id_not_a_uuid": (json.dumps({**VALID, "root_id": "r1"}).encode(), 422, "root_id"),
     "unknown_root": (json.dumps({**VALID, "root_id": str(uuid.uuid4())}).encode(), 422, "root_id"),
@@ -232,10 +233,12 @@ def test_refused_requests_name_the_field_and_store_nothing(api: ApiServer, ctx) 
     assert (bad_id.status_code, bad_id.json()["error"]["field"]) == (422, "run_id")
     assert counts(ctx.engine) == dict.fromkeys(counts(ctx.engine), 0)
 
-    # The same API accepts the valid request (the refusals above were about the fields).
-    accepted = api.http.post("/v1/runs", content=json.dumps(VALID).encode(), headers=JSON_HEADERS)
+    # The same API accepts the valid request (the refusals above were about the fields),
+    # with its priority stored.
+    accepted = api.http.post("/v1/runs", content=json.dumps({**VALID, "priority": 8}).encode(), headers=JSON_HEADERS)
     assert accepted.status_code == 201, accepted.text
     assert counts(ctx.engine)["runs"] == 1
+    assert rows(ctx.engine, "SELECT priority FROM runs") == [{"priority": 8}]
 
 
 def test_the_openapi_document_lists_the_endpoints(api: ApiServer) -> None:

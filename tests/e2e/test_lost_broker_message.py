@@ -5,9 +5,9 @@ import redis
 from tests.support.cluster import Cluster, events
 from tests.support.db import round_rows, run_row, wait_terminal
 from tests.support.env import BROKER_URL
+from tests.support.queues import queued_rounds
 from tests.support.requests import scripted_request
 from worker import client
-from worker.app import ROUNDS_QUEUE
 
 
 def test_run_whose_task_was_lost_in_the_broker_is_resent_and_completes(cluster: Cluster, ctx) -> None:
@@ -15,9 +15,9 @@ def test_run_whose_task_was_lost_in_the_broker_is_resent_and_completes(cluster: 
     submitted = client.submit(
         scripted_request([{"tool_calls": [{"name": "add", "args": {"a": 1, "b": 2}}]}, {"content": "3"}]), ctx=ctx
     )
-    assert broker.llen(ROUNDS_QUEUE) == 1  # the doorbell rang, nobody is listening
+    assert queued_rounds(broker) == 1  # the doorbell rang, nobody is listening
     broker.flushdb()  # ... and the message is gone
-    assert broker.llen(ROUNDS_QUEUE) == 0
+    assert queued_rounds(broker) == 0
     assert run_row(ctx.engine, submitted.run_id)["status"] == "queued"
 
     cluster.start_worker("w1")

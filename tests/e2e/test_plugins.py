@@ -22,10 +22,10 @@ from tests.support.api import JSON_HEADERS, A, ApiServer
 from tests.support.cluster import Cluster, events, wait_ready
 from tests.support.db import model_calls, round_rows, rows, run_row, wait_terminal
 from tests.support.env import BROKER_URL, REPO, WAIT_S
+from tests.support.queues import queued_rounds
 from tests.support.requests import scripted_request, without_owner
 from tests.support.wait import wait_until
 from worker import client
-from worker.app import ROUNDS_QUEUE
 from worker.client_context import ClientContext, build_client_context
 from worker.settings import Settings
 
@@ -103,7 +103,7 @@ def test_a_plugin_that_cannot_load_stops_the_worker_with_exit_2_before_any_task_
 ) -> None:
     queued = client.submit(scripted_request([{"content": "waits"}]), ctx=plugged)
     broker = redis.Redis.from_url(BROKER_URL)
-    assert broker.llen(ROUNDS_QUEUE) == 1
+    assert queued_rounds(broker) == 1
 
     path = f"{TEST_PLUGINS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     bad = {
@@ -133,7 +133,7 @@ def test_a_plugin_that_cannot_load_stops_the_worker_with_exit_2_before_any_task_
         assert "Traceback" not in out + err
 
     # Nothing was consumed: the doorbell is still in the queue, the run never claimed.
-    assert broker.llen(ROUNDS_QUEUE) == 1
+    assert queued_rounds(broker) == 1
     run = run_row(plugged.engine, queued.run_id)
     assert (run["status"], run["claim_fence"]) == ("queued", 0)
     assert rows(plugged.engine, "SELECT count(*) AS n FROM workers")[0]["n"] == 0

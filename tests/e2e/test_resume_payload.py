@@ -14,11 +14,12 @@ import redis
 from tests.support.cluster import Cluster, events, wait_ready
 from tests.support.db import wait_terminal
 from tests.support.env import BROKER_URL, broker_app
+from tests.support.queues import queued_rounds
 from tests.support.requests import RESUME, scripted_request
 from tests.support.suspensions import assert_unchanged, snapshot
 from tests.support.wait import wait_until
 from worker import client
-from worker.app import RESUME_ROUND_TASK, ROUNDS_QUEUE
+from worker.app import RESUME_ROUND_TASK, round_queue
 
 
 def nested(levels: int) -> Any:
@@ -49,7 +50,7 @@ def test_a_malformed_resume_payload_is_refused_logged_once_and_acknowledged(clus
     before = snapshot(ctx)
 
     for payload, _ in PAYLOADS:
-        broker_app().send_task(RESUME_ROUND_TASK, args=[payload], queue=ROUNDS_QUEUE)
+        broker_app().send_task(RESUME_ROUND_TASK, args=[payload], queue=round_queue(0))
 
     refused = wait_until(
         lambda: (lines := events(cluster, "w1", "resume_payload_refused")) and len(lines) >= len(PAYLOADS) and lines,
@@ -61,7 +62,7 @@ def test_a_malformed_resume_payload_is_refused_logged_once_and_acknowledged(clus
     assert all(line["reason"] and line["task_id"] for line in refused)
     # Acknowledged: nothing waits in the queue, nothing is held unacknowledged.
     wait_until(
-        lambda: broker.llen(ROUNDS_QUEUE) == 0 and broker.hlen("unacked") == 0,
+        lambda: queued_rounds(broker) == 0 and broker.hlen("unacked") == 0,
         timeout_s=30,
         what="the refused messages to be acknowledged",
     )

@@ -34,6 +34,7 @@ from schema.store.runs import Submitted
 from schema.wire import RunRequest, RunStatus
 from schema.wire.claim import Checkpoint, Claim, LoadedMessage, StoredRound
 from schema.wire.record import RoundRecord, ToolInvocationRecord
+from schema.wire.route import DEFAULT_WEIGHT, Route
 from tests.support.memory_rebuilds import RebuildOps
 from tests.support.memory_state import ACTIVE, CheckpointRow, RunRow, as_json, without_result
 from tests.support.memory_suspensions import SuspensionOps
@@ -58,6 +59,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
         self.builds: dict[UUID, dict[str, Any]] = {}
         self.consumptions: dict[UUID, dict[str, Any]] = {}
         self.calls: list[str] = []  # every Store method called, in order (fakes record their calls)
+        self.weights: dict[str, int] = {}  # owners.weight, for the owners that have a row
 
     # --- setting a scene ------------------------------------------------------------------
 
@@ -77,11 +79,20 @@ class InMemoryStore(SuspensionOps, RebuildOps):
             previous = self.checkpoints[max(earlier, key=lambda r: r.root_seq).id] if earlier else CheckpointRow()
             self.runs[run_id] = RunRow(
                 run_id, root_id, root_seq, request.owner, request.input, as_json(config), dispatched_at=self._now(),
-                trace_context=trace_context,
+                trace_context=trace_context, priority=request.priority,
             )
             self.checkpoints[run_id] = CheckpointRow(previous.context_start_position, previous.summary)
             self._event(run_id, 1, "run_queued", {"root_id": str(root_id), "root_seq": root_seq})
-            return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq)
+            route = Route(request.owner, self.weights.get(request.owner, DEFAULT_WEIGHT), request.priority)
+            return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq, route=route)
+
+    def route_of(self, run_id: UUID, owner: str | None = None) -> Route:
+        with self._lock:
+            self.calls.append("route_of")
+            run = self.runs.get(run_id)
+            if run is None:
+                return Route(owner or "")
+            return Route(run.owner, self.weights.get(run.owner, DEFAULT_WEIGHT), run.priority)
 
     def expire_lease(self, run_id: UUID) -> None:
         """The holder died: its lease runs out."""
@@ -152,6 +163,8 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                 recorded_response=recorded,
                 trace_context=run.trace_context,
                 queue_lag_s=max(0.0, self._now() - previous["committed_at"]) if previous else None,
+                weight=self.weights.get(run.owner, DEFAULT_WEIGHT),
+                priority=run.priority,
                 earlier_model_calls=sum(
                     1
                     for c in self.model_calls

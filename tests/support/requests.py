@@ -44,10 +44,11 @@ def scripted_request(
     require_approval: Sequence[str] = (),
     client_tools: Sequence[dict[str, Any]] = (),
     webhook_url: str | None = None,
+    priority: int | None = None,
 ) -> dict[str, Any]:
     """A run request for the scripted model, which plays ``turns`` one per round;
     ``require_approval`` and ``client_tools`` go into the config when given, and
-    ``webhook_url`` into the request's ``webhook``."""
+    ``webhook_url`` into the request's ``webhook``, ``priority`` into its ``priority``."""
     config: dict[str, Any] = {
         "model": {"provider": "scripted", "turns": turns},
         "system_prompt": system_prompt,
@@ -61,6 +62,8 @@ def scripted_request(
     request = {"owner": owner, "root_id": root_id, "input": text_input, "config": config}
     if webhook_url is not None:
         request["webhook"] = {"url": webhook_url}
+    if priority is not None:
+        request["priority"] = priority
     return request
 
 

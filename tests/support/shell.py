@@ -17,6 +17,7 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from runtime.prepare import prepare_execution
 from schema.wire import OriginalToolRoundResume, RoundTask
+from schema.wire.route import Route
 from tests.support.memory_store import InMemoryStore
 from tests.support.requests import scripted_request
 from worker.bootstrap import WorkerContext
@@ -79,6 +80,9 @@ class Sent:
     run_id: UUID
     boundary_seq: int
     resumes: tuple[OriginalToolRoundResume, ...] = ()
+    # How it was routed (runtime.shares); left out of equality: tests of what is sent
+    # compare the task, test_round_shell's routing tests the route.
+    route: Route | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -96,11 +100,11 @@ class FakeDispatcher:
             raise BrokerUnreachable("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
         self.sent.append(sent)
 
-    def round(self, run_id: UUID, boundary_seq: int) -> None:
-        self._send(Sent("round", run_id, boundary_seq))
+    def round(self, run_id: UUID, boundary_seq: int, route: Route) -> None:
+        self._send(Sent("round", run_id, boundary_seq, route=route))
 
-    def resume(self, resumes: Sequence[OriginalToolRoundResume]) -> None:
-        self._send(Sent("resume", resumes[0].run_id, resumes[0].boundary_seq, tuple(resumes)))
+    def resume(self, resumes: Sequence[OriginalToolRoundResume], route: Route) -> None:
+        self._send(Sent("resume", resumes[0].run_id, resumes[0].boundary_seq, tuple(resumes), route))
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,9 @@ REFUSALS: list[tuple[str, Mutation, str, str]] = [
         "config.model.turns[1].latency_ms",
         "valid integer",
     ),
-    ("extra_top_level_key", _set(["priority"], 1), "priority", "Extra inputs"),
+    ("extra_top_level_key", _set(["urgency"], 1), "urgency", "Extra inputs"),
+    ("priority_above_range", _set(["priority"], 10), "priority", "less than or equal to 9"),
+    ("priority_below_range", _set(["priority"], -1), "priority", "greater than or equal to 0"),
     ("extra_config_key", _set(["config", "temperature"], 0.2), "config.temperature", "Extra inputs"),
     (
         "extra_turn_key",

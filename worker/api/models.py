@@ -19,6 +19,7 @@ from schema.wire import (
     RootRunView,
     Webhook,
 )
+from schema.wire.route import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from worker.client import MAX_REASON_CHARS
 
 
@@ -54,6 +55,12 @@ class RunSubmission(_Body):
         default=RootPolicy.ENQUEUE,
         description="when the Root has an active run: enqueue (wait for it), reject (409 ROOT_BUSY, nothing stored), "
         "interrupt (cancel it, keep its messages), rollback (cancel it, drop its messages)",
+    )
+    priority: int = Field(
+        default=DEFAULT_PRIORITY,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="orders the run's rounds within its owner's share of the fleet: 9 the most urgent, 0 the least",
     )
 
 

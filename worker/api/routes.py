@@ -86,7 +86,8 @@ def submit_run(
     request = parse_request(
         {"owner": owner, "root_id": body.root_id, "input": body.input, "config": body.config,
          "webhook": None if body.webhook is None else body.webhook.model_dump(),
-         "idempotency_key": idempotency_key or body.idempotency_key, "root_policy": body.root_policy.value}
+         "idempotency_key": idempotency_key or body.idempotency_key, "root_policy": body.root_policy.value,
+         "priority": body.priority}
     )
     try:
         submitted = client.submit(request, ctx=state.context())

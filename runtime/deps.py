@@ -18,6 +18,7 @@ from runtime.config import ClientToolSpec, TurnConfig, turn_config_with
 from runtime.memory import ContextCache
 from runtime.models.base import ModelClient
 from runtime.models.keys import ModelKeys
+from runtime.models.limits import call_limit_key
 from runtime.models.scripted import ScriptedModel
 from runtime.plugins import PluginError, Plugins
 from runtime.proofs import ProofAuthority
@@ -169,4 +170,5 @@ def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> Orche
         proofs=runtime.base.proofs,
         provider=turn_config.model.provider,
         model_name=str(getattr(turn_config.model, "name", turn_config.model.provider)),
+        call_limit=call_limit_key(turn_config.model.provider, turn_config.model),
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 from runtime.config import Policy
 from runtime.models.base import ModelClient
+from runtime.models.limits import CallLimitKey
 from runtime.proofs import ProofAuthority
 from runtime.tools import Tool
 
@@ -30,3 +31,6 @@ class OrchestratorDeps:
     # the provider and the provider's model name (the provider again when it has none).
     provider: str = "unknown"
     model_name: str = "unknown"
+    # What the run's model calls count against in the fleet's provider rate limits (None:
+    # a provider without a configured key, never limited).
+    call_limit: CallLimitKey | None = None

@@ -23,6 +23,16 @@
   (``PUBLISH_RETRY_POLICY``); past that, ``send_or_defer`` marks the run due for the
   reconciler's next pass, so a run moves again seconds after the broker is back, not
   after the dispatch grace.
+- A round waiting for its provider rate limit (``worker.rate_limits``) is given back and
+  re-sent with a ``countdown`` (``Dispatcher.round``). On the Redis transport a countdown
+  is no delayed queue: the message is delivered at once, and the worker that gets it holds
+  it unacknowledged in memory, on its timer, until the eta (Celery raises the prefetch
+  count for each such message, so it holds no thread and blocks no other message). If that
+  worker dies, kombu restores the message only after ``visibility_timeout``; the run's
+  ``dispatched_at`` was set to the eta when the claim was given back, so the reconciler
+  re-sends it after the eta plus the dispatch grace instead. Countdowns are capped far
+  below the timeout (``worker.rate_limits.MAX_COUNTDOWN_S``): a live worker always runs
+  the message before it would be restored and delivered twice.
 - No app is built at import time: ``create_app(settings)`` builds one from the settings it
   is given, ``app_for`` keeps one per broker per process (publishing reuses its
   connections), and ``get_app()`` is this process's, from the environment, on first use
@@ -143,13 +153,19 @@ class Dispatcher:
         self.app = app
         self.queues = queues  # AIDAWORK_ROUND_QUEUES
 
-    def round(self, run_id: UUID, boundary_seq: int, route: Route) -> None:
-        """Send the task for one round, to its owner's share at the run's priority."""
+    def round(self, run_id: UUID, boundary_seq: int, route: Route, *, countdown_s: float | None = None) -> None:
+        """Send the task for one round, to its owner's share at the run's priority
+        (``countdown_s``: to run no sooner than that)."""
         queue = round_queue(queue_index(route, run_id, boundary_seq, self.queues))
         self.app.send_task(
-            RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=queue, priority=broker_priority(route.priority)
+            RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=queue, priority=broker_priority(route.priority),
+            countdown=countdown_s,
         )
-        log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq, queue=queue)
+        if countdown_s is None:
+            log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq, queue=queue)
+        else:
+            log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq, queue=queue,
+                     countdown_s=round(countdown_s, 3))
 
     def resume(self, resumes: Sequence[OriginalToolRoundResume], route: Route) -> None:
         """Send the resume of a suspended round (its inputs are all stored), routed as

@@ -14,6 +14,7 @@ from worker.leases import LeaseKeeper
 from worker.observability.metrics import RoundMetrics, serve
 from worker.observability.rounds import Observability
 from worker.observability.tracing import process_tracing
+from worker.rate_limits import RateLimiter, limiter_for
 from worker.settings import Settings
 
 __all__ = ["WorkerContext", "build_context", "get_context", "pool_size_for", "serve_metrics", "set_process_threads"]
@@ -30,6 +31,8 @@ class WorkerContext(ClientContext):
     deltas: DeltaSink | None = None
     # The process's metrics (one registry for all its threads) and tracing.
     observe: Observability = field(default_factory=Observability.off)
+    # The fleet's provider rate limits (AIDAWORK_MODEL_RATE_LIMITS); None: none are set.
+    rate_limits: RateLimiter | None = None
 
 
 _threads: int | None = None
@@ -50,7 +53,9 @@ def build_context(settings: Settings, threads: int | None = None) -> WorkerConte
     redis_broker = settings.broker_url.startswith(("redis:", "rediss:"))
     deltas = publisher_for(settings.broker_url) if redis_broker else None
     observe = Observability(RoundMetrics(CollectorRegistry()), process_tracing(settings, "aidawork-worker"))
-    return WorkerContext(**vars(client), leases=leases, deltas=deltas, observe=observe)
+    return WorkerContext(
+        **vars(client), leases=leases, deltas=deltas, observe=observe, rate_limits=limiter_for(settings)
+    )
 
 
 def serve_metrics(ctx: WorkerContext) -> None:

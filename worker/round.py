@@ -47,6 +47,7 @@ from worker.bootstrap import WorkerContext
 from worker.deltas import FLUSH_S, MODEL_STREAM_RESTARTED, RunDelta
 from worker.logging import bind
 from worker.observability.rounds import GIVEN_BACK, RUN_FAILED, RoundObservation
+from worker.rate_limits import CallGate, RoundRateLimited, listening
 from worker.rebuild import rebuild_context
 
 log = structlog.get_logger("aidawork.round")
@@ -71,12 +72,16 @@ class LedgerHooks:
     holder never pays for a call) and its outcome, usage and accepted response right
     after - recorded even when the fence was lost while the call was in flight (marked
     stale; then FenceLost). A round that goes on from an earlier holder's response writes
-    nothing: that call is on the ledger already."""
+    nothing: that call is on the ledger already. With a rate limit (``gate``) the call
+    first waits its turn, before its ledger row: a round given back to wait never paid."""
 
-    def __init__(self, ctx: WorkerContext, claim: Claim, observation: RoundObservation) -> None:
+    def __init__(
+        self, ctx: WorkerContext, claim: Claim, observation: RoundObservation, gate: CallGate | None = None
+    ) -> None:
         self._ctx = ctx
         self._claim = claim
         self._observation = observation
+        self._gate = gate
         self._call_id: int | None = None
         # A claim that is not the round's first may follow a holder that streamed part of
         # this round already; so may a second model call under this claim (a rebuild).
@@ -85,6 +90,8 @@ class LedgerHooks:
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         c = self._claim
+        if self._gate is not None:
+            self._gate.wait_turn(request, c.run_id, c.boundary_seq, c.route)
         self._call_id = self._ctx.store.record_model_call_started(
             c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest
         )
@@ -247,9 +254,11 @@ def run_claimed(
         )
 
     try:
-        deps, hooks = _deps(state), LedgerHooks(ctx, claim, observation)
+        deps = _deps(state)
+        gate = ctx.rate_limits.gate_for(deps.call_limit) if ctx.rate_limits is not None else None
+        hooks = LedgerHooks(ctx, claim, observation, gate)
         observation.using_model(deps.provider, deps.model_name)
-        with ctx.leases.holding(claim.run_id, claim.fence):
+        with ctx.leases.holding(claim.run_id, claim.fence), listening(gate):
             result = step(deps, state, hooks)
             while isinstance(result.outcome, RebuildRequired):
                 state = rebuild_context(ctx, claim, state, deps, hooks)
@@ -264,8 +273,11 @@ def run_claimed(
         # no-op. With the database down the release fails too: the original error is the
         # one that matters (it decides the retry), and the lease expires on its own.
         at_fault = round_at_fault(exc)
+        # A round given back to wait for its rate limit is re-sent with a countdown: the
+        # reconciler's grace counts from then, so it does not send a duplicate meanwhile.
+        later_s = exc.countdown_s if isinstance(exc, RoundRateLimited) else None
         try:
-            ctx.store.release_lease(claim.run_id, claim.fence, round_at_fault=at_fault)
+            ctx.store.release_lease(claim.run_id, claim.fence, round_at_fault=at_fault, dispatch_after_s=later_s)
         except Exception as release_error:
             log.warning("lease_release_failed", error=type(release_error).__name__)
             if not at_fault:  # the retried task, if this process gets it, takes the claim back

@@ -24,6 +24,7 @@ from runtime.config import DEFAULT_KEY_REF, KEY_REF_PATTERN, check_base_url
 from runtime.models.keys import ANY_OWNER, clean_key
 from runtime.toolsets.mcp_config import McpServerConfig, parse_mcp_servers
 from schema.wire import RunRequest
+from worker.rate_limit_rules import RateLimit, parse_rate_limits
 from worker.webhooks.policy import parse_prefixes
 
 ENV_PREFIX = "AIDAWORK_"
@@ -163,6 +164,17 @@ class Settings(BaseSettings):
     # without one (a JSON list such as ``["http://vllm.internal:8000/v1"]``). A run's
     # base_url comes from whoever submits it, so no call goes anywhere else.
     model_base_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Provider rate limits for the whole fleet (worker.rate_limits): a JSON object keyed
+    # API_KEY_REF/MODEL, either part '*' ('-': calls that send no key), e.g.
+    # {"default/gpt-4o-mini": {"requests_per_minute": 60, "tokens_per_minute": 100000},
+    #  "team-b/*": {"requests_per_minute": 500}}; optional request_burst / token_burst (an
+    # idle bucket's allowance at once; default one second's worth). Kept in the broker's
+    # Redis, so every worker of a deployment needs the same value. Unset: no limits, and
+    # no Redis call before a model call.
+    model_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(default_factory=dict)
+    # A round told to wait for its limit sleeps in its thread while its waits add up to at
+    # most this; a longer wait gives the round back, re-sent with a countdown of the wait.
+    model_rate_limit_max_sleep_s: float = Field(default=1.0, ge=0, le=60)
 
     # MCP servers whose tools this process offers as ``mcp__<server>__<tool>``: a JSON
     # object {name: {"command": ..., "args": [...], "env": {...}}} (stdio) or
@@ -351,6 +363,17 @@ class Settings(BaseSettings):
     @classmethod
     def _http_urls(cls, value: list[str]) -> list[str]:
         return [check_base_url(url) for url in value]
+
+    @field_validator("model_rate_limits", mode="before")
+    @classmethod
+    def _rate_limits_json(cls, value: Any) -> Any:
+        return parse_rate_limits(_json_setting(value, '{"API_KEY_REF/MODEL": {"requests_per_minute": N}}'))
+
+    @model_validator(mode="after")
+    def _rate_limits_need_redis(self) -> Settings:
+        if self.model_rate_limits and not self.broker_url.startswith(("redis:", "rediss:")):
+            raise ValueError(f"{ENV_PREFIX}MODEL_RATE_LIMITS needs a Redis broker (its buckets live there)")
+        return self
 
     @field_validator("mcp_servers", mode="before")
     @classmethod

@@ -21,9 +21,10 @@ from runtime.errors import AidaworkError, RequestInvalid
 from runtime.resume import ResumeRefused
 from schema.store.errors import FenceLost
 from schema.wire import RoundTask
-from worker.app import RESUME_ROUND_TASK, RUN_ROUND_TASK, app
+from worker.app import RESUME_ROUND_TASK, RUN_ROUND_TASK, app, send_or_defer
 from worker.bootstrap import get_context
 from worker.logging import bind, clear
+from worker.rate_limits import RoundRateLimited
 from worker.resume import execute_resume, parse_resumes
 from worker.round import execute_round
 
@@ -37,6 +38,10 @@ class OnError(StrEnum):
     # exhaustion): send the task again within seconds, many times; the store already
     # retried each statement for a while (schema.store.tx).
     RETRY_SOON = "retry_soon"
+    # The round waits for its provider rate limit longer than a thread sleeps: it was given
+    # back (no attempt spent) and is re-sent now with a countdown of the wait, as a new
+    # message (so waiting spends none of the task's retries); this one is acknowledged.
+    WAIT = "wait"
 
 
 # Our errors say themselves whether a retry can help (``AidaworkError.retryable``). Of the
@@ -61,6 +66,8 @@ FOREIGN_DISPOSITION: dict[type[BaseException], OnError] = {
 
 def disposition_of(exc: BaseException) -> OnError | None:
     """What happens to the message whose task raised ``exc`` (``None``: the task fails)."""
+    if isinstance(exc, RoundRateLimited):
+        return OnError.WAIT
     if isinstance(exc, AidaworkError):
         if exc.retryable:
             return OnError.RETRY
@@ -129,6 +136,8 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
             if disposition is OnError.DROP:
                 log.warning("round_dropped", error=type(exc).__name__, reason=str(exc))
                 return "dropped"
+            if disposition is OnError.WAIT and isinstance(exc, RoundRateLimited):
+                return self.wait_turn(exc)
             policy = TASK_RETRIES.get(disposition) if disposition is not None else None
             retries = self.request.retries
             if policy is not None and retries < policy.max_retries:
@@ -144,6 +153,16 @@ class RunExecutionWorker(Task):  # type: ignore[misc]
             raise
         finally:
             clear()
+
+    def wait_turn(self, exc: RoundRateLimited) -> str:
+        ctx = get_context()
+        log.info("round_rate_limited", bucket=exc.bucket, wait_s=round(exc.wait_s, 3),
+                 countdown_s=round(exc.countdown_s, 3))
+        def send() -> None:
+            ctx.dispatch.round(exc.run_id, exc.boundary_seq, exc.route, countdown_s=exc.countdown_s)
+
+        send_or_defer(ctx.store, exc.run_id, send)
+        return "waiting"
 
 
 app.register_task(RunExecutionWorker())

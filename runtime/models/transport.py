@@ -33,6 +33,7 @@ import openai
 import structlog
 
 from runtime.errors import ModelUnavailable
+from runtime.models.limits import report_rate_limited
 from runtime.models.provider_errors import describe_error
 from runtime.models.scrub import scrub, scrub_text
 from schema.wire.retry import RetryPolicy, backoff_s
@@ -118,6 +119,8 @@ class _Budgeted:
 
     def _sleep_for_retry(self, *, retries_taken: int, max_retries: int, options: Any, response: Any) -> None:
         remaining_retries = max_retries - retries_taken
+        if response is not None and response.status_code == 429:
+            report_rate_limited(response.headers)  # the fleet's limit narrows before this thread waits
         delay = self._calculate_retry_timeout(remaining_retries, options, response.headers if response else None)
         budget = _budget.get()
         secrets = budget.secrets if budget is not None else ()
@@ -234,6 +237,8 @@ def call_within_budget(
         raise ModelUnavailable(scrub_text(str(exc), secrets)) from None
     except STATUS_ERRORS as exc:
         reply = reply_of(exc.response, secrets)
+        if reply.status == 429:  # a final one, not retried: the retried ones were reported as they came
+            report_rate_limited(exc.response.headers)
         if reply.ok:  # an error event inside a 2xx stream (Anthropic ``event: error``, overloaded)
             raise ModelUnavailable(f"{provider}: the stream ended with an error event") from None
         if reply.should_retry != "false" and is_retried_status(reply.status):

@@ -36,26 +36,36 @@ RETURNING runs.id
 )
 
 
-def release_lease_txn(conn: Connection, run_id: UUID, fence: int, *, round_at_fault: bool) -> bool:
+def release_lease_txn(
+    conn: Connection, run_id: UUID, fence: int, *, round_at_fault: bool, dispatch_after_s: float | None = None
+) -> bool:
     result = conn.execute(
         text(
             "UPDATE runs SET lease_expires_at = NULL, updated_at = now(), "
-            "  execution_fence = CASE WHEN :at_fault THEN execution_fence END "
+            "  execution_fence = CASE WHEN :at_fault THEN execution_fence END, "
+            "  dispatched_at = CASE WHEN CAST(:after_s AS float8) IS NULL THEN dispatched_at "
+            "    ELSE now() + make_interval(secs => CAST(:after_s AS float8)) END "
             "WHERE id = :run_id AND claim_fence = :fence AND status = 'running'"
         ),
-        {"run_id": run_id, "fence": fence, "at_fault": round_at_fault},
+        {"run_id": run_id, "fence": fence, "at_fault": round_at_fault, "after_s": dispatch_after_s},
     )
     return result.rowcount == 1
 
 
-def release_lease(engine: Engine, run_id: UUID, fence: int, *, round_at_fault: bool) -> bool:
+def release_lease(
+    engine: Engine, run_id: UUID, fence: int, *, round_at_fault: bool, dispatch_after_s: float | None = None
+) -> bool:
     """Give up a claim without committing a round (the round failed with an error).
     The run is redelivered by the reconciler. ``round_at_fault``: the round itself raised
     (a bug), so its started execution still counts as an attempt at the next claim;
-    otherwise (a dependency was unavailable) the execution is forgotten."""
+    otherwise (a dependency was unavailable) the execution is forgotten.
+    ``dispatch_after_s``: the caller re-sends the round with this countdown (a rate limit's
+    wait), so the run counts as dispatched then and the reconciler's grace starts there."""
     return run_transaction(
         engine,
-        lambda conn: release_lease_txn(conn, run_id, fence, round_at_fault=round_at_fault),
+        lambda conn: release_lease_txn(
+            conn, run_id, fence, round_at_fault=round_at_fault, dispatch_after_s=dispatch_after_s
+        ),
         name="release_lease",
         single_statement=True,
     )

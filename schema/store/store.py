@@ -111,8 +111,12 @@ class Store:
 
     # --- giving a claim back, ending a run, dispatch --------------------------------------
 
-    def release_lease(self, run_id: UUID, fence: int, *, round_at_fault: bool) -> bool:
-        return leases.release_lease(self.engine, run_id, fence, round_at_fault=round_at_fault)
+    def release_lease(
+        self, run_id: UUID, fence: int, *, round_at_fault: bool, dispatch_after_s: float | None = None
+    ) -> bool:
+        return leases.release_lease(
+            self.engine, run_id, fence, round_at_fault=round_at_fault, dispatch_after_s=dispatch_after_s
+        )
 
     def fail_claimed_run(self, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:
         return runs.fail_claimed_run(self.engine, run_id, fence, error_code, message)

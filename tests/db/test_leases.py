@@ -8,7 +8,7 @@ import threading
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from structlog.testing import capture_logs
 
 from schema.store import leases as lease_store
@@ -172,3 +172,22 @@ def test_refused_claim_of_a_live_run_is_a_warning_naming_the_reason(ctx: Any) ->
     with capture_logs() as logs:
         assert execute_round(ctx, RoundTask(run_id=run.run_id, boundary_seq=0)) is RoundDisposition.DROPPED
     assert _refusals(logs) == [("info", "run_ended")]
+
+
+def test_a_round_given_back_to_wait_for_its_rate_limit_is_not_due_before_its_countdown(engine: Engine) -> None:
+    waiting, failed = submit(engine), submit(engine)
+    for run in (waiting, failed):
+        held = claim(engine, run.run_id)
+        assert held is not None
+        after_s = 60.0 if run is waiting else None
+        assert lease_store.release_lease(
+            engine, held.run_id, held.fence, round_at_fault=False, dispatch_after_s=after_s
+        )
+    # Both stamps moved back ten seconds, past the grace: only the plain release is due;
+    # the rate-limited one was re-sent with a countdown and counts as dispatched then.
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET dispatched_at = dispatched_at - interval '10 seconds'"))
+    due = {run_id for run_id, _, _ in lease_store.due_for_dispatch(engine, grace_s=1)}
+    assert due == {failed.run_id}
+    assert rows(engine, "SELECT dispatched_at > now() + interval '40 seconds' AS later FROM runs WHERE id = :id",
+                id=waiting.run_id)[0]["later"]

@@ -403,7 +403,9 @@ class InMemoryStore(SuspensionOps, RebuildOps):
 
     # --- giving a claim back, ending a run, dispatch --------------------------------------
 
-    def release_lease(self, run_id: UUID, fence: int, *, round_at_fault: bool) -> bool:
+    def release_lease(
+        self, run_id: UUID, fence: int, *, round_at_fault: bool, dispatch_after_s: float | None = None
+    ) -> bool:
         with self._lock:
             self.calls.append("release_lease")
             run = self.runs.get(run_id)
@@ -411,6 +413,8 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                 return False
             run.lease_expires_at = None
             run.execution_fence = run.execution_fence if round_at_fault else None
+            if dispatch_after_s is not None:
+                run.dispatched_at = self._now() + dispatch_after_s
             return True
 
     def fail_claimed_run(self, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:

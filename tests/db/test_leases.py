@@ -187,7 +187,7 @@ def test_a_round_given_back_to_wait_for_its_rate_limit_is_not_due_before_its_cou
     # the rate-limited one was re-sent with a countdown and counts as dispatched then.
     with engine.begin() as conn:
         conn.execute(text("UPDATE runs SET dispatched_at = dispatched_at - interval '10 seconds'"))
-    due = {run_id for run_id, _, _ in lease_store.due_for_dispatch(engine, grace_s=1)}
+    due = {d.run_id for d in lease_store.due_for_dispatch(engine, grace_s=1)}
     assert due == {failed.run_id}
     assert rows(engine, "SELECT dispatched_at > now() + interval '40 seconds' AS later FROM runs WHERE id = :id",
                 id=waiting.run_id)[0]["later"]

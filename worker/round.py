@@ -36,6 +36,7 @@ from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, Rebuil
 from runtime.record import round_record
 from runtime.state import RunState
 from runtime.tools import PriorExecution, ToolContext, ToolOutcome, ToolsetUnavailable
+from schema.store.claims import OWNER_AT_CAPACITY
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
@@ -186,7 +187,8 @@ def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, re
     """A refused claim of a run that has not ended is worth a warning: the run may be
     waiting for a lease to expire or for the reconciler."""
     refusal = ctx.store.explain_refused_claim(run_id, boundary_seq, resume=resume)
-    emit = log.info if refusal.finished else log.warning
+    # A run waiting for a slot of its owner's cap is normal, not a warning.
+    emit = log.info if refusal.finished or refusal.reason == OWNER_AT_CAPACITY else log.warning
     emit("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
     ctx.observe.claim_refused(refusal.reason)
 
@@ -301,7 +303,10 @@ def _after_commit(
         resumes = ctx.store.resume_if_ready(claim.run_id)
         if resumes:
             send_or_defer(ctx.store, claim.run_id, lambda: ctx.dispatch.resume(resumes))
-    elif next_run_id is not None:
+    if isinstance(outcome, Suspend) and next_run_id is not None:
+        # The suspension gave back a slot of the owner's cap: the owner's next queued run.
+        send_or_defer(ctx.store, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0))
+    elif not isinstance(outcome, (Continue, Suspend)) and next_run_id is not None:
         send_or_defer(ctx.store, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0))
     failpoints.hit("after_enqueue", owner=claim.owner)
     return RoundDisposition.COMMITTED

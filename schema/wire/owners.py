@@ -8,12 +8,18 @@ checks exist so a refusal names the field instead of a constraint."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schema.wire.errors import AidaworkError
+
+# The owner name rules of a run request (schema.wire), repeated here: this module is
+# imported by schema.wire's package, so it cannot import it back.
+OWNER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
+MAX_OWNER_CHARS = 128
 
 BudgetWindow = Literal["1h", "1d", "30d"]
 OnBudget = Literal["fail", "wait"]
@@ -34,6 +40,13 @@ class OwnerLimitsInvalid(AidaworkError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.reason = message
+
+
+def check_owner_name(owner: str) -> str:
+    """``owner`` as a run request would take it, or ``OwnerLimitsInvalid`` (field owner)."""
+    if not isinstance(owner, str) or len(owner) > MAX_OWNER_CHARS or not re.match(OWNER_PATTERN, owner):
+        raise OwnerLimitsInvalid("owner", "not an owner name (letters, digits and ._:@-, at most 128)")
+    return owner
 
 
 class OwnerLimits(BaseModel):
@@ -89,7 +102,5 @@ class OwnerLimitsChange(BaseModel):
             raise OwnerLimitsInvalid("budget_window", "cannot be cleared alone: clear token_budget (its window goes)")
         if "token_budget" in fields and self.token_budget is None and self.budget_window is not None:
             raise OwnerLimitsInvalid("budget_window", "a cleared token_budget takes no window")
-        if "budget_window" in fields and self.budget_window is not None and "token_budget" in fields:
-            return
-        if "token_budget" in fields and self.token_budget is not None and "budget_window" not in fields:
-            return  # needs a stored window: checked against the row (schema.store.limits)
+        # A budget given without a window needs a stored one: checked against the row
+        # (schema.store.limits).

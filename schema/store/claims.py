@@ -19,7 +19,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine, TextClause, text
 
 from schema.store.bodies import message_body_sql
-from schema.store.limits import at_capacity_sql
+from schema.store.limits import at_capacity_sql, waits_for_slot_sql
 from schema.store.roots import earlier_active_sql
 from schema.store.tx import run_transaction
 from schema.store.workers import DEATH_ELSEWHERE
@@ -73,6 +73,10 @@ WITH recorded AS ({recorded}
     AND (lease_expires_at IS NULL OR lease_expires_at < now() OR claim_fence = :held_fence)
     AND NOT {earlier_active_sql("runs")}
     AND coalesce((SELECT free FROM slot), true)
+    -- Submission order: a queued run of a capped owner starts only while it is among the
+    -- oldest as many startable queued runs as there are free slots (read in one snapshot,
+    -- the counter and the queue agree); the room itself is the locked check above.
+    AND NOT {waits_for_slot_sql("runs")}
     AND {guard}
   RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims, trace_context,
     CASE WHEN :cold THEN input END AS input,
@@ -249,7 +253,7 @@ _DESCRIBE_SQL = text(
     f"""
 SELECT r.status, r.boundary_seq, r.claim_fence, coalesce(r.lease_expires_at > now(), false) AS leased,
   {earlier_active_sql("r")} AS earlier_active,
-  r.status = 'queued' AND {at_capacity_sql("r")} AS at_capacity,
+  r.status = 'queued' AND {at_capacity_sql("r")} AS at_capacity, {waits_for_slot_sql("r")} AS waits_for_slot,
   EXISTS (SELECT 1 FROM rounds AS s WHERE s.run_id = r.id AND s.boundary_seq = r.boundary_seq) AS round_stored
 FROM runs AS r WHERE r.id = :run_id
 """
@@ -285,7 +289,7 @@ def explain_refused_claim(engine: Engine, run_id: UUID, boundary_seq: int, *, re
         (row.status == RunStatus.SUSPENDED, "run_suspended"),
         (row.leased, "leased_by_live_holder"),
         (row.earlier_active, "earlier_run_of_root_active"),
-        (row.at_capacity, OWNER_AT_CAPACITY),
+        (row.at_capacity or row.waits_for_slot, OWNER_AT_CAPACITY),
         (row.round_stored and not resume, "round_awaits_resume"),
         (resume and not row.round_stored, "suspended_round_gone"),
     ]

@@ -35,11 +35,17 @@ def at_capacity_sql(alias: str) -> str:
 def next_of_owner_sql(owner: str, free: str) -> str:
     """The queued run of ``owner`` to start when a slot frees: the ``free``-th oldest
     whose Root's turn it is (submission order). Not the first: each slot freed before it
-    has already handed the older ones a task, which may not have claimed yet."""
+    has already handed the older ones a task, which may not have claimed yet.
+
+    Locked, so each candidate's status is read as it is now rather than in the
+    statement's snapshot (a run claimed since then no longer counts, just as the counter
+    read under the owner row's lock already counts it); SKIP LOCKED, because a run being
+    claimed right now holds its row and waits for the owner row this statement holds."""
     return f"""
     (SELECT q.id FROM runs AS q
      WHERE {free} > 0 AND q.owner = {owner} AND q.status = 'queued' AND NOT {earlier_active_sql("q")}
-     ORDER BY q.created_at, q.id OFFSET greatest({free} - 1, 0) LIMIT 1)"""
+     ORDER BY q.created_at, q.id OFFSET greatest({free} - 1, 0) LIMIT 1
+     FOR UPDATE OF q SKIP LOCKED)"""
 
 
 def waits_for_slot_sql(alias: str) -> str:

@@ -32,6 +32,7 @@ from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RunEvent
 from schema.wire.route import MAX_PRIORITY, MIN_PRIORITY
 from worker.logging import configure_logging
+from worker.owner_cli import OwnerInputError, add_owner_parser
 from worker.processes import aidawork_version, cmd_api, cmd_beat, cmd_flower, cmd_migrate, cmd_worker
 from worker.retention import older_than_days_arg
 from worker.settings import Settings, SettingsError, get_settings
@@ -41,7 +42,7 @@ EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
 PROCESS_COMMANDS = frozenset({"migrate", "worker", "beat", "flower", "api", "webhooks"})
 CLIENT_COMMANDS = frozenset(
     {"submit", "status", "watch", "cancel", "deliver", "resolve", "tool-result", "retry-tool", "approve", "reject"}
-)
+) | {"owner"}
 # The processes that sign or verify round proofs: they refuse to start without the secret.
 SECRET_COMMANDS = frozenset({"worker", "beat", "api"})
 
@@ -125,6 +126,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     try:
         raw = _read_request(args.file)
     except InputError as exc:
+        return _err(str(exc), EXIT_INPUT)
+    except OwnerInputError as exc:
         return _err(str(exc), EXIT_INPUT)
     if not isinstance(raw, dict):
         return _err("the request must be a JSON object", EXIT_INPUT)
@@ -502,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs that ended more than N days ago (default AIDAWORK_RETENTION_DAYS)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_prune)
+    add_owner_parser(sub)
     return parser
 
 
@@ -546,6 +550,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RequestInvalid as exc:  # a delivery or prerequisite no store can hold
         return _err(f"{exc.code}: {exc.message}", EXIT_INPUT)
     except InputError as exc:
+        return _err(str(exc), EXIT_INPUT)
+    except OwnerInputError as exc:
         return _err(str(exc), EXIT_INPUT)
     except AidaworkError as exc:
         return _err(f"{exc.code}: {exc.message}", EXIT_ERROR)

@@ -27,6 +27,7 @@ from runtime.errors import RequestInvalid
 from runtime.prepare import format_loc, parse_turn_config, prepare_execution
 from runtime.tools import Tool, ToolArgsInvalid
 from schema.store import events as event_store
+from schema.store import limits as limit_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
 from schema.store.errors import IdempotencyKeyReused as IdempotencyKeyReused
@@ -34,6 +35,7 @@ from schema.store.errors import RootBusy as RootBusy
 from schema.store.runs import Submitted
 from schema.store.suspensions import Answer, Receipt, WaitingCall
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
+from schema.wire.owners import OwnerLimits, OwnerLimitsChange, check_owner_name
 from schema.wire.vocab import ToolAnswerKind
 from worker.app import send_or_defer
 from worker.client_context import ClientContext, get_client_context
@@ -405,3 +407,47 @@ def wait(run_id: UUID, *, timeout_s: float = 60.0, poll_s: float = 0.1, ctx: Cli
         if time.monotonic() > deadline:
             raise TimeoutError(f"run {run_id} is still {view.status} after {timeout_s}s")
         time.sleep(poll_s)
+
+
+# --- owner limits (README, "Tenants") ---------------------------------------------------
+
+_UNSET: Any = object()
+
+
+def set_owner_limits(
+    owner: str,
+    *,
+    max_running: int | None = _UNSET,
+    weight: int = _UNSET,
+    token_budget: int | None = _UNSET,
+    budget_window: str | None = _UNSET,
+    on_budget: str = _UNSET,
+    ctx: ClientContext | None = None,
+) -> OwnerLimits:
+    """Change ``owner``'s limits: only the arguments given change, ``None`` clears a limit
+    (``token_budget=None`` clears its window too). Raises ``OwnerLimitsInvalid`` naming
+    the field (nothing stored): a budget without a window (none stored either), a bad
+    window, a weight outside 1-1000, a cap below 1."""
+    given = {
+        name: value
+        for name, value in {
+            "max_running": max_running,
+            "weight": weight,
+            "token_budget": token_budget,
+            "budget_window": budget_window,
+            "on_budget": on_budget,
+        }.items()
+        if value is not _UNSET
+    }
+    change = OwnerLimitsChange.of(**given)
+    return limit_store.set_owner_limits((ctx or get_client_context()).engine, check_owner_name(owner), change)
+
+
+def owner_limits(owner: str, *, ctx: ClientContext | None = None) -> OwnerLimits:
+    """``owner``'s limits and the slots its runs hold now (``running``)."""
+    return limit_store.get_owner_limits((ctx or get_client_context()).engine, owner)
+
+
+def list_owner_limits(*, ctx: ClientContext | None = None) -> list[OwnerLimits]:
+    """Every owner that has limits stored, by name."""
+    return limit_store.list_owner_limits((ctx or get_client_context()).engine)

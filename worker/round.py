@@ -36,6 +36,7 @@ from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, Rebuil
 from runtime.record import round_record
 from runtime.state import RunState
 from runtime.tools import PriorExecution, ToolContext, ToolOutcome, ToolsetUnavailable
+from schema.store.claims import OWNER_AT_CAPACITY
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
@@ -193,7 +194,8 @@ def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, re
     """A refused claim of a run that has not ended is worth a warning: the run may be
     waiting for a lease to expire or for the reconciler."""
     refusal = ctx.store.explain_refused_claim(run_id, boundary_seq, resume=resume)
-    emit = log.info if refusal.finished else log.warning
+    # A run waiting for a slot of its owner's cap is normal, not a warning.
+    emit = log.info if refusal.finished or refusal.reason == OWNER_AT_CAPACITY else log.warning
     emit("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
     ctx.observe.claim_refused(refusal.reason)
 
@@ -315,8 +317,9 @@ def _after_commit(
         resumes = ctx.store.resume_if_ready(claim.run_id)
         if resumes:
             send_or_defer(ctx.store, claim.run_id, lambda: ctx.dispatch.resume(resumes, claim.route))
-    elif next_run_id is not None:
-        # Another run of the Root (same owner, its own priority): read once per run's end.
+    if next_run_id is not None and not isinstance(outcome, Continue):
+        # The run's end handed its Root's turn on, or its end or suspension gave back a slot
+        # of its owner's cap: that run starts (its route read once per such event).
         route = ctx.store.route_of(next_run_id, claim.owner)
         send_or_defer(ctx.store, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0, route))
     failpoints.hit("after_enqueue", owner=claim.owner)

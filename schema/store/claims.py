@@ -19,6 +19,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine, TextClause, text
 
 from schema.store.bodies import message_body_sql
+from schema.store.limits import at_capacity_sql, waits_for_slot_sql
 from schema.store.roots import earlier_active_sql
 from schema.store.routes import weight_sql
 from schema.store.tx import run_transaction
@@ -34,6 +35,16 @@ def _claim_sql(guard: str, execution_fence: str, recorded: str) -> TextClause:
     return text(
         f"""
 WITH recorded AS ({recorded}
+), target AS (
+  -- A queued run is about to take a slot of its owner's cap: lock it (run rows before
+  -- owner rows, the order every statement takes), so the status read here is the one
+  -- the UPDATE below changes. A run already running holds its slot: no lock, no slot.
+  SELECT id, owner FROM runs WHERE id = :run_id AND status = 'queued' FOR UPDATE
+), slot AS (
+  -- The owner row's lock serialises every change of its counter; an owner without a row
+  -- has no cap and matches nothing here (and nothing is written for it).
+  SELECT o.owner, (o.max_running IS NULL OR o.running < o.max_running) AS free
+  FROM owners AS o JOIN target ON o.owner = target.owner FOR UPDATE OF o
 ), claimed AS (
   UPDATE runs SET
     claim_fence = claim_fence + 1,
@@ -62,11 +73,19 @@ WITH recorded AS ({recorded}
     AND status IN ('queued', 'running')
     AND (lease_expires_at IS NULL OR lease_expires_at < now() OR claim_fence = :held_fence)
     AND NOT {earlier_active_sql("runs")}
+    AND coalesce((SELECT free FROM slot), true)
+    -- Submission order: a queued run of a capped owner starts only while it is among the
+    -- oldest as many startable queued runs as there are free slots (read in one snapshot,
+    -- the counter and the queue agree); the room itself is the locked check above.
+    AND NOT {waits_for_slot_sql("runs")}
     AND {guard}
   RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims, trace_context,
     priority, {weight_sql("runs")} AS weight,
     CASE WHEN :cold THEN input END AS input,
     CASE WHEN :cold THEN config END AS config
+), took AS (
+  -- The slot is taken in the same statement as the claim: both happen or neither.
+  UPDATE owners SET running = owners.running + 1 FROM claimed, slot WHERE owners.owner = slot.owner
 )
 SELECT claimed.*,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, {message_body_sql()}, {DURABLE_READS_SQL})
@@ -238,10 +257,16 @@ _DESCRIBE_SQL = text(
     f"""
 SELECT r.status, r.boundary_seq, r.claim_fence, coalesce(r.lease_expires_at > now(), false) AS leased,
   {earlier_active_sql("r")} AS earlier_active,
+  r.status = 'queued' AND {at_capacity_sql("r")} AS at_capacity, {waits_for_slot_sql("r")} AS waits_for_slot,
   EXISTS (SELECT 1 FROM rounds AS s WHERE s.run_id = r.id AND s.boundary_seq = r.boundary_seq) AS round_stored
 FROM runs AS r WHERE r.id = :run_id
 """
 )
+
+
+# A claim refused because every slot of the owner's cap is held: normal, the run waits
+# queued and a slot that frees starts it.
+OWNER_AT_CAPACITY = "owner_at_capacity"
 
 
 @dataclass(frozen=True)
@@ -268,6 +293,7 @@ def explain_refused_claim(engine: Engine, run_id: UUID, boundary_seq: int, *, re
         (row.status == RunStatus.SUSPENDED, "run_suspended"),
         (row.leased, "leased_by_live_holder"),
         (row.earlier_active, "earlier_run_of_root_active"),
+        (row.at_capacity or row.waits_for_slot, OWNER_AT_CAPACITY),
         (row.round_stored and not resume, "round_awaits_resume"),
         (resume and not row.round_stored, "suspended_round_gone"),
     ]

@@ -17,6 +17,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
+from schema.store.limits import waits_for_slot_sql
 from schema.store.roots import earlier_active_sql
 from schema.store.routes import weight_sql
 from schema.store.tx import run_transaction
@@ -142,6 +143,7 @@ WITH due AS (
          OR coalesce(r.lease_expires_at, r.updated_at)
             < now() - make_interval(secs => least(:grace_s * (power(2, r.round_attempts) - 1), :max_backoff_s)))
     AND NOT {earlier_active_sql("r")}
+    AND NOT {waits_for_slot_sql("r")}
   ORDER BY r.dispatched_at
   LIMIT :limit
   FOR UPDATE SKIP LOCKED

@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from schema import tables
 from schema.store.bodies import without_result
 from schema.store.errors import FenceLost, ToolCallIdReused
+from schema.store.limits import next_of_owner_sql
 from schema.store.roots import next_in_root_sql
 from schema.store.tx import run_transaction
 from schema.wire import EventKind
@@ -40,7 +41,13 @@ WITH upd AS (
     output = :output, error_code = :error_code, error_message = :error_message,
     finished_at = CASE WHEN :terminal THEN now() END
   WHERE id = :run_id AND claim_fence = :fence AND boundary_seq = :boundary_seq AND status = 'running'
-  RETURNING id, root_id, root_seq, event_seq - :n_events AS first_event_seq
+  RETURNING id, root_id, root_seq, owner, event_seq - :n_events AS first_event_seq
+), freed AS (
+  -- A run that stops running (suspends or ends) gives its owner's slot back in the same
+  -- statement; an owner without a row has no counter to write.
+  UPDATE owners SET running = owners.running - 1 FROM upd
+  WHERE owners.owner = upd.owner AND :status <> 'running'
+  RETURNING owners.owner, owners.max_running, owners.running
 ), round_row AS ({round_row}
 ), tool_rows AS ({tool_rows}
 ), message_rows AS (
@@ -56,7 +63,12 @@ WITH upd AS (
   UPDATE model_calls SET response = NULL FROM upd
   WHERE model_calls.run_id = upd.id AND model_calls.boundary_seq = :boundary_seq AND model_calls.response IS NOT NULL
 )
-SELECT upd.id, CASE WHEN :terminal THEN {next_in_root_sql("upd")} END AS next_run_id FROM upd
+-- The run to start next: with a cap, the owner's next queued run (submission order) in
+-- the slot this run gave back; otherwise (or when none waits) the Root's next run.
+SELECT upd.id, coalesce(
+    (SELECT {next_of_owner_sql("freed.owner", "freed.max_running - freed.running")} FROM freed),
+    CASE WHEN :terminal THEN {next_in_root_sql("upd")} END) AS next_run_id
+FROM upd
 """
     )
 
@@ -157,7 +169,8 @@ def commit_round_txn(conn: Connection, record: RoundRecord) -> UUID | None:
 
 def commit_round(engine: Engine, record: RoundRecord) -> UUID | None:
     """Commit a round under the held fence, or raise ``FenceLost`` having written
-    nothing. When the run ended, returns the next queued run of its Root (to enqueue)."""
+    nothing. Returns the queued run to enqueue: when the run ended, the next one of its
+    Root, and when it gave back a slot of its owner's cap, the owner's next one."""
     try:
         return run_transaction(
             engine, lambda conn: commit_round_txn(conn, record), name="commit_round", single_statement=True

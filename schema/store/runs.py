@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, text
 
 from schema.store.doubletext import ROLLED_BACK, cancel_message, runs_to_cancel
 from schema.store.errors import FenceLost, IdempotencyKeyReused, RootNotFound, RunNotFound
+from schema.store.limits import next_of_owner_sql
 from schema.store.roots import next_in_root_sql
 from schema.store.routes import weight_sql
 from schema.store.suspensions import waiting_for
@@ -235,18 +236,30 @@ def run_trace_context(engine: Engine, run_id: UUID) -> str | None:
 
 _END_RUN_SQL = text(
     f"""
-WITH upd AS (
+WITH target AS (
+  -- Locked first (run rows before owner rows): its status is the one this ends, so a
+  -- run that held a slot of its owner's cap gives it back exactly once.
+  SELECT id, status FROM runs WHERE id = :run_id AND status IN ('queued', 'running', 'suspended') FOR UPDATE
+), upd AS (
   UPDATE runs SET status = :status, lease_expires_at = NULL, error_code = :error_code,
     error_message = :error_message, event_seq = event_seq + 1, finished_at = now(), updated_at = now(),
     claim_fence = claim_fence + CASE WHEN :bump_fence THEN 1 ELSE 0 END
-  WHERE id = :run_id AND status IN ('queued', 'running', 'suspended')
-    AND (CAST(:fence AS bigint) IS NULL OR claim_fence = CAST(:fence AS bigint))
-  RETURNING id, root_id, root_seq, event_seq
+  FROM target
+  WHERE runs.id = target.id
+    AND (CAST(:fence AS bigint) IS NULL OR runs.claim_fence = CAST(:fence AS bigint))
+  RETURNING runs.id, runs.root_id, runs.root_seq, runs.owner, runs.event_seq, target.status AS was
+), freed AS (
+  UPDATE owners SET running = owners.running - 1 FROM upd
+  WHERE owners.owner = upd.owner AND upd.was = 'running'
+  RETURNING owners.owner, owners.max_running, owners.running
 ), ev AS (
   INSERT INTO run_events (run_id, seq, kind, data)
   SELECT id, event_seq, :event_kind, CAST(:event_data AS jsonb) FROM upd
 )
-SELECT upd.id, {next_in_root_sql("upd")} AS next_run_id FROM upd
+SELECT upd.id, coalesce(
+    (SELECT {next_of_owner_sql("freed.owner", "freed.max_running - freed.running")} FROM freed),
+    {next_in_root_sql("upd")}) AS next_run_id
+FROM upd
 """
 )
 

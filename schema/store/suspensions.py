@@ -18,6 +18,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine, text
 
 from schema.store.errors import RunNotFound
+from schema.store.limits import at_capacity_sql
 from schema.store.tx import run_transaction
 from schema.wire import OriginalToolRoundResume, WaitingFor
 from schema.wire.claim import StoredRound
@@ -137,23 +138,38 @@ def _ready_resumes(
     resume and return the resumes."""
     calls = _suspended_calls(conn, run_id)
     ready = run.status == "suspended" and calls and all(c.delivered for c in calls)
-    conn.execute(
-        text(
-            "WITH upd AS (UPDATE runs SET event_seq = event_seq + 1, updated_at = now(), "
-            "  status = CASE WHEN :ready THEN 'running' ELSE status END, "
-            "  dispatched_at = CASE WHEN :ready THEN now() ELSE dispatched_at END "
-            "  WHERE id = :id RETURNING event_seq) "
-            "INSERT INTO run_events (run_id, seq, kind, data) "
-            "SELECT :id, event_seq, :kind, CAST(:data AS jsonb) FROM upd"
-        ),
-        {
-            "id": run_id,
-            "ready": bool(ready),
-            "kind": event_kind,
-            "data": json.dumps({**event, "resumable": bool(ready)}),
-        },
-    )
-    return [_resume_of(run_id, run.boundary_seq, c) for c in calls] if ready else []
+    resumed = conn.execute(
+        _READY_SQL,
+        {"id": run_id, "ready": bool(ready), "kind": event_kind, "data": json.dumps(event)},
+    ).scalar_one()
+    return [_resume_of(run_id, run.boundary_seq, c) for c in calls] if resumed else []
+
+
+# Ready to resume takes a slot of the owner's cap again (a suspended run holds none), in
+# the same statement; with none free the run stays suspended, all its inputs there, and
+# the reconciler resumes it once a slot frees (suspended_with_all_inputs).
+_READY_SQL = text(
+    """
+WITH slot AS (
+  UPDATE owners SET running = owners.running + 1 FROM runs AS r
+  WHERE r.id = :id AND owners.owner = r.owner AND :ready
+    AND (owners.max_running IS NULL OR owners.running < owners.max_running)
+  RETURNING owners.owner
+), go AS (
+  SELECT :ready AND (EXISTS (SELECT 1 FROM slot) OR NOT EXISTS (
+    SELECT 1 FROM owners AS o JOIN runs AS r ON r.owner = o.owner WHERE r.id = :id)) AS ok
+), upd AS (
+  UPDATE runs SET event_seq = event_seq + 1, updated_at = now(),
+    status = CASE WHEN (SELECT ok FROM go) THEN 'running' ELSE status END,
+    dispatched_at = CASE WHEN (SELECT ok FROM go) THEN now() ELSE dispatched_at END
+  WHERE id = :id RETURNING event_seq, (SELECT ok FROM go) AS resumed
+), ev AS (
+  INSERT INTO run_events (run_id, seq, kind, data)
+  SELECT :id, event_seq, :kind, CAST(:data AS jsonb) || jsonb_build_object('resumable', resumed) FROM upd
+)
+SELECT resumed FROM upd
+"""
+)
 
 
 def deliver_local_read_txn(
@@ -398,6 +414,7 @@ def suspended_with_all_inputs(engine: Engine, *, limit: int = 100) -> list[UUID]
                 "SELECT r.id FROM runs r WHERE r.status = 'suspended' AND NOT EXISTS ("
                 "  SELECT 1 FROM tool_invocations ti WHERE ti.run_id = r.id AND ti.boundary_seq = r.boundary_seq"
                 f"  AND ti.status = 'suspended' AND NOT {_DELIVERED})"
+                f" AND NOT {at_capacity_sql('r')}"
                 " AND r.updated_at < now() - interval '1 second' LIMIT :limit"
             ),
             {"limit": limit},

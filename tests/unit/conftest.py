@@ -15,3 +15,14 @@ def fake() -> Iterator[FakeProvider]:
     server = FakeProvider()
     yield server
     server.close()
+
+
+@pytest.fixture(autouse=True)
+def _cli_leaves_logging_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command run in process (``cli.main``) would set the process's logging up for the
+    tests after it (a client command at WARNING): structlog caches each logger, level
+    included, at first use, so later tests' INFO lines would vanish. worker.logging has its
+    own tests."""
+    import worker.cli
+
+    monkeypatch.setattr(worker.cli, "configure_logging", lambda *_, **__: None)

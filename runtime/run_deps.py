@@ -30,3 +30,6 @@ class OrchestratorDeps:
     # the provider and the provider's model name (the provider again when it has none).
     provider: str = "unknown"
     model_name: str = "unknown"
+    # The most one model call can write (its output limit, or runtime.budget's documented
+    # default): the output part of the estimate a call reserves against its owner's budget.
+    max_output_tokens: int = 0

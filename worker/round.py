@@ -22,6 +22,7 @@ import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from runtime.budget import BudgetShortfall, BudgetWaitRequired, OwnerBudgetExceeded, estimate_call_tokens
 from runtime.canonical import MAX_RESULT_DEPTH, json_problem
 from runtime.context import loaded_context
 from runtime.deps import OrchestratorDeps
@@ -36,6 +37,7 @@ from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, Rebuil
 from runtime.record import round_record
 from runtime.state import RunState
 from runtime.tools import PriorExecution, ToolContext, ToolOutcome, ToolsetUnavailable
+from schema.store.budgets import BudgetRefused
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
@@ -51,6 +53,8 @@ from worker.rebuild import rebuild_context
 
 log = structlog.get_logger("aidawork.round")
 
+BUDGET_WAIT = "budget_wait"  # the round's outcome label: parked for the owner's budget
+
 ROUND_ATTEMPTS_EXHAUSTED = "ROUND_ATTEMPTS_EXHAUSTED"
 CONFIG_INVALID = "CONFIG_INVALID"
 # Deaths of a round's holders allowed per attempt of the budget: a holder that dies
@@ -64,6 +68,7 @@ class RoundDisposition(StrEnum):
     DROPPED = "dropped"  # not claimable: stale or duplicate delivery, nothing written
     COMMITTED = "committed"
     RUN_FAILED = "run_failed"  # ended without a round (poison, invalid stored config)
+    PARKED = "parked"  # suspended for the owner's budget, nothing of the round stored
 
 
 class LedgerHooks:
@@ -73,10 +78,13 @@ class LedgerHooks:
     stale; then FenceLost). A round that goes on from an earlier holder's response writes
     nothing: that call is on the ledger already."""
 
-    def __init__(self, ctx: WorkerContext, claim: Claim, observation: RoundObservation) -> None:
+    def __init__(
+        self, ctx: WorkerContext, claim: Claim, observation: RoundObservation, *, max_output_tokens: int = 0
+    ) -> None:
         self._ctx = ctx
         self._claim = claim
         self._observation = observation
+        self._max_output_tokens = max_output_tokens
         self._call_id: int | None = None
         # A claim that is not the round's first may follow a holder that streamed part of
         # this round already; so may a second model call under this claim (a rebuild).
@@ -85,9 +93,21 @@ class LedgerHooks:
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         c = self._claim
-        self._call_id = self._ctx.store.record_model_call_started(
-            c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest
-        )
+        estimate = estimate_call_tokens(request, self._max_output_tokens)
+        try:
+            self._call_id = self._ctx.store.record_model_call_started(
+                c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest, estimate
+            )
+        except BudgetRefused as refused:
+            # The call is not made. 'fail' ends the round (and the run) with the error;
+            # 'wait' leaves the loop with the round unfinished (run_claimed parks the run).
+            shortfall = BudgetShortfall(**refused.shortfall)
+            log.info("model_call_refused", reason="owner_budget", on_budget=shortfall.on_budget,
+                     estimate=estimate, token_budget=shortfall.token_budget, used=shortfall.used,
+                     reserved=shortfall.reserved)
+            if shortfall.on_budget == "wait":
+                raise BudgetWaitRequired(shortfall) from None
+            raise OwnerBudgetExceeded(shortfall) from None
         log.debug("model_called", messages=len(request.messages))
         self._observation.model_call_started()
         failpoints.hit("in_model_call", owner=c.owner)
@@ -247,7 +267,8 @@ def run_claimed(
         )
 
     try:
-        deps, hooks = _deps(state), LedgerHooks(ctx, claim, observation)
+        deps = _deps(state)
+        hooks = LedgerHooks(ctx, claim, observation, max_output_tokens=deps.max_output_tokens)
         observation.using_model(deps.provider, deps.model_name)
         with ctx.leases.holding(claim.run_id, claim.fence):
             result = step(deps, state, hooks)
@@ -258,6 +279,8 @@ def run_claimed(
         next_run_id = ctx.store.commit_round(record_of(ctx, claim, result))
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message, observation)
+    except BudgetWaitRequired as wait:
+        return _park_for_budget(ctx, claim, wait, observation)
     except BaseException as exc:
         observation.ended(GIVEN_BACK, lease_lost=isinstance(exc, FenceLost), error=type(exc).__name__)
         # Give the run back at once rather than at lease expiry; a lost fence makes this a
@@ -305,6 +328,18 @@ def _after_commit(
         send_or_defer(ctx.store, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0))
     failpoints.hit("after_enqueue", owner=claim.owner)
     return RoundDisposition.COMMITTED
+
+
+def _park_for_budget(
+    ctx: WorkerContext, claim: Claim, wait: BudgetWaitRequired, observation: RoundObservation
+) -> RoundDisposition:
+    """Suspend the run until its owner's budget can take the call (nothing of the round is
+    stored: it starts over when woken). A lost fence raises, as for any fenced write."""
+    ctx.store.park_for_budget(claim.run_id, claim.fence, claim.boundary_seq, wait.shortfall.to_json())
+    observation.ended(BUDGET_WAIT)
+    log.info("run_parked", reason="owner_budget", window_ends_at=wait.shortfall.window_ends_at.isoformat(),
+             estimate=wait.shortfall.estimate)
+    return RoundDisposition.PARKED
 
 
 def _attempts_exhausted(claim: Claim, max_attempts: int) -> str | None:

@@ -47,6 +47,7 @@ class RunRow:
     error_code: str | None = None
     error_message: str | None = None
     trace_context: str | None = None
+    budget_wait: dict[str, Any] | None = None
 
 
 @dataclass

@@ -22,7 +22,7 @@ import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from runtime.budget import BudgetShortfall, BudgetWaitRequired, OwnerBudgetExceeded, estimate_call_tokens
+from runtime.budget import BudgetWaitRequired, estimate_call_tokens
 from runtime.canonical import MAX_RESULT_DEPTH, json_problem
 from runtime.context import loaded_context
 from runtime.deps import OrchestratorDeps
@@ -46,14 +46,13 @@ from schema.wire.vocab import ToolStatus
 from worker import failpoints
 from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
+from worker.budget import park_for_budget, refusal_error
 from worker.deltas import FLUSH_S, MODEL_STREAM_RESTARTED, RunDelta
 from worker.logging import bind
 from worker.observability.rounds import GIVEN_BACK, RUN_FAILED, RoundObservation
 from worker.rebuild import rebuild_context
 
 log = structlog.get_logger("aidawork.round")
-
-BUDGET_WAIT = "budget_wait"  # the round's outcome label: parked for the owner's budget
 
 ROUND_ATTEMPTS_EXHAUSTED = "ROUND_ATTEMPTS_EXHAUSTED"
 CONFIG_INVALID = "CONFIG_INVALID"
@@ -99,15 +98,7 @@ class LedgerHooks:
                 c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest, estimate
             )
         except BudgetRefused as refused:
-            # The call is not made. 'fail' ends the round (and the run) with the error;
-            # 'wait' leaves the loop with the round unfinished (run_claimed parks the run).
-            shortfall = BudgetShortfall(**refused.shortfall)
-            log.info("model_call_refused", reason="owner_budget", on_budget=shortfall.on_budget,
-                     estimate=estimate, token_budget=shortfall.token_budget, used=shortfall.used,
-                     reserved=shortfall.reserved)
-            if shortfall.on_budget == "wait":
-                raise BudgetWaitRequired(shortfall) from None
-            raise OwnerBudgetExceeded(shortfall) from None
+            raise refusal_error(refused) from None  # the call is not made
         log.debug("model_called", messages=len(request.messages))
         self._observation.model_call_started()
         failpoints.hit("in_model_call", owner=c.owner)
@@ -280,7 +271,8 @@ def run_claimed(
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message, observation)
     except BudgetWaitRequired as wait:
-        return _park_for_budget(ctx, claim, wait, observation)
+        park_for_budget(ctx, claim, wait, observation)
+        return RoundDisposition.PARKED
     except BaseException as exc:
         observation.ended(GIVEN_BACK, lease_lost=isinstance(exc, FenceLost), error=type(exc).__name__)
         # Give the run back at once rather than at lease expiry; a lost fence makes this a
@@ -328,18 +320,6 @@ def _after_commit(
         send_or_defer(ctx.store, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0))
     failpoints.hit("after_enqueue", owner=claim.owner)
     return RoundDisposition.COMMITTED
-
-
-def _park_for_budget(
-    ctx: WorkerContext, claim: Claim, wait: BudgetWaitRequired, observation: RoundObservation
-) -> RoundDisposition:
-    """Suspend the run until its owner's budget can take the call (nothing of the round is
-    stored: it starts over when woken). A lost fence raises, as for any fenced write."""
-    ctx.store.park_for_budget(claim.run_id, claim.fence, claim.boundary_seq, wait.shortfall.to_json())
-    observation.ended(BUDGET_WAIT)
-    log.info("run_parked", reason="owner_budget", window_ends_at=wait.shortfall.window_ends_at.isoformat(),
-             estimate=wait.shortfall.estimate)
-    return RoundDisposition.PARKED
 
 
 def _attempts_exhausted(claim: Claim, max_attempts: int) -> str | None:

@@ -17,6 +17,7 @@ from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.budgets import BudgetRefused
 from schema.store.errors import FenceLost
+from schema.store.suspensions import suspended_with_all_inputs
 from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import claim, expire_lease, submit
@@ -181,3 +182,16 @@ def test_a_parked_run_wakes_when_its_window_rolls_over(engine: Engine) -> None:
     budgets.park_for_budget(engine, c.run_id, c.fence, c.boundary_seq, wait)
     assert budgets.budget_changed(engine, OWNER) == [(c.run_id, 0)]
     assert budgets.budget_changed(engine, OWNER) == []  # once
+
+
+def test_a_parked_run_is_no_suspension_for_the_resume_repair(engine: Engine) -> None:
+    budgets.set_owner_budget(engine, OWNER, 100, "1h", "wait")
+    c = claimed(engine)
+    wait = {"budget_window": "1h", "window_start": "2026-01-01T00:00:00+00:00",
+            "window_ends_at": "2999-01-01T00:00:00+00:00", "token_budget": 100, "used": 0, "reserved": 0,
+            "estimate": 300}
+    budgets.park_for_budget(engine, c.run_id, c.fence, c.boundary_seq, wait)
+    with engine.begin() as conn:  # parked a while ago
+        conn.execute(text("UPDATE runs SET updated_at = now() - interval '1 minute' WHERE id = :id"), {"id": c.run_id})
+    assert suspended_with_all_inputs(engine) == []
+    assert budgets.wake_budget_waits(engine) == []

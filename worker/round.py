@@ -22,7 +22,7 @@ import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from runtime.budget import BudgetWaitRequired, estimate_call_tokens
+from runtime.budget import BudgetWaitRequired, OwnerBudgetExceeded, estimate_call_tokens
 from runtime.canonical import MAX_RESULT_DEPTH, json_problem
 from runtime.context import loaded_context
 from runtime.deps import OrchestratorDeps
@@ -269,6 +269,8 @@ def run_claimed(
         observation.commit_started()
         next_run_id = ctx.store.commit_round(record_of(ctx, claim, result))
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
+        return _fail_run(ctx, claim, exc.code, exc.message, observation)
+    except OwnerBudgetExceeded as exc:  # a rebuild's summary call (the round's own call ends in the loop)
         return _fail_run(ctx, claim, exc.code, exc.message, observation)
     except BudgetWaitRequired as wait:
         park_for_budget(ctx, claim, wait, observation)

@@ -121,3 +121,37 @@ def test_a_call_within_the_budget_reserves_then_settles_its_real_usage() -> None
     assert call["reserved_tokens"] > call["input_tokens"] + call["output_tokens"]
     assert (spend["reserved"], spend["used"]) == (0, call["input_tokens"] + call["output_tokens"])
     assert call["reservation_open"] is False
+
+
+@pytest.mark.parametrize(("on_budget", "ending"), [("fail", "run_failed"), ("wait", "parked")])
+def test_a_rebuilds_summary_call_the_budget_refuses_ends_or_parks_the_round(on_budget: str, ending: str) -> None:
+    s = shell()
+    reports = [{"tool_calls": [{"name": "echo", "args": {"report": f"region {i}: " + "figures and notes " * 6}}]}
+               for i in range(5)]
+    run_id = s.submit([*reports, {"content": "done"}], tools=["echo"])
+    s.store.runs[run_id].config["model"]["context_limit_tokens"] = 330
+    s.store.runs[run_id].config["policy"]["context_summarizer"] = "model"
+    real_finished = s.store.record_model_call_finished
+
+    def finished(*args: object, **kwargs: object) -> None:
+        real_finished(*args, **kwargs)  # type: ignore[arg-type]
+        if kwargs.get("error_code") == "MODEL_INPUT_REJECTED":  # the next call is the rebuild's summary
+            s.store.set_budget(OWNER, token_budget=1, on_budget=on_budget)
+
+    s.store.record_model_call_finished = finished  # type: ignore[method-assign]
+    endings = [execute(s, run_id).value, *s.deliver_sent()]
+    assert endings[-1] == ending
+    run = s.store.run(run_id)
+    if on_budget == "fail":
+        assert (run.status, run.error_code) == ("failed", OWNER_BUDGET_EXCEEDED)
+    else:
+        assert run.status == "suspended" and run.budget_wait is not None
+        # Woken (as schema.store.budgets does it) with a budget that suffices: the round
+        # starts over, rebuild included, and the run completes.
+        s.store.set_budget(OWNER, token_budget=10**9, on_budget=on_budget)
+        s.store.record_model_call_finished = real_finished  # type: ignore[method-assign]
+        parked = s.store.runs[run_id]
+        parked.status, parked.budget_wait = "queued", None
+        round_module.execute_round(s.ctx, RoundTask(run_id=run_id, boundary_seq=parked.boundary_seq))
+        s.deliver_sent()
+        assert (s.store.run(run_id).status, s.store.run(run_id).output) == ("completed", "done")

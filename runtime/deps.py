@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.budget import max_output_tokens
 from runtime.canonical import digest
 from runtime.config import ClientToolSpec, TurnConfig, turn_config_with
 from runtime.memory import ContextCache
@@ -171,4 +172,5 @@ def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> Orche
         provider=turn_config.model.provider,
         model_name=str(getattr(turn_config.model, "name", turn_config.model.provider)),
         call_limit=call_limit_key(turn_config.model.provider, turn_config.model),
+        max_output_tokens=max_output_tokens(turn_config.model),
     )

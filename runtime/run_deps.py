@@ -34,3 +34,6 @@ class OrchestratorDeps:
     # What the run's model calls count against in the fleet's provider rate limits (None:
     # a provider without a configured key, never limited).
     call_limit: CallLimitKey | None = None
+    # The most one model call can write (its output limit, or runtime.budget's documented
+    # default): the output part of the estimate a call reserves against its owner's budget.
+    max_output_tokens: int = 0

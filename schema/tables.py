@@ -119,6 +119,9 @@ runs = Table(
     # ``interrupt`` / ``rollback`` cancelled, the run that did.
     Column("root_policy", Text, nullable=False, server_default=text("'enqueue'")),
     Column("interrupted_by", UUID(as_uuid=True)),
+    # Set while the run is parked in 'suspended' because its owner's token budget could not
+    # take the next model call (schema.store.budgets): the window, the amounts, the estimate.
+    Column("budget_wait", JSONB),
     CheckConstraint(_in("status", [s.value for s in RunStatus]), name="status"),
     CheckConstraint("priority BETWEEN 0 AND 9", name="priority"),
     CheckConstraint(_in("root_policy", [p.value for p in RootPolicy]), name="root_policy"),
@@ -142,6 +145,7 @@ runs = Table(
         "finished_at",
         postgresql_where=text("status IN ('completed', 'failed', 'cancelled')"),
     ),
+    Index("ix_runs_budget_waits", "owner", postgresql_where=text("budget_wait IS NOT NULL")),
 )
 
 # Every worker process, registered when it starts, with the time of its last heartbeat
@@ -393,8 +397,15 @@ model_calls = Table(
     Column("stale", Boolean, nullable=False, server_default=text("false")),
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("finished_at", DateTime(timezone=True)),
+    # The owner's budget window this call reserved its estimate in, and how much (NULL: the
+    # owner had no budget); ``reservation_open`` while the reservation is held, so the
+    # settlement or the release of a dead holder's reservation happens once (schema.store.budgets).
+    Column("spend_window_start", DateTime(timezone=True)),
+    Column("reserved_tokens", BigInteger),
+    Column("reservation_open", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint(_in("status", MODEL_CALL_STATUSES), name="status"),
     Index("ix_model_calls_run_boundary", "run_id", "boundary_seq"),
+    Index("ix_model_calls_open_reservations", "run_id", postgresql_where=text("reservation_open")),
 )
 
 # The webhook outbox: one row per event of a run with a webhook_url whose kind is in
@@ -449,4 +460,19 @@ owners = Table(
     CheckConstraint("(token_budget IS NULL) = (budget_window IS NULL)", name="budget_has_window"),
     CheckConstraint("on_budget IN ('fail', 'wait')", name="on_budget"),
     CheckConstraint("running >= 0", name="running"),
+)
+
+# Each owner's token spend per budget window (fixed windows aligned to the epoch): tokens
+# settled by finished calls (``used``) and reserved by calls in flight (``reserved``). The
+# reservation is one conditional upsert on this row (schema.store.budgets).
+owner_spend = Table(
+    "owner_spend",
+    metadata,
+    Column("owner", Text, primary_key=True),
+    Column("window_start", DateTime(timezone=True), primary_key=True),
+    Column("used", BigInteger, nullable=False, server_default=text("0")),
+    Column("reserved", BigInteger, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    CheckConstraint("used >= 0", name="used"),
+    CheckConstraint("reserved >= 0", name="reserved"),
 )

@@ -172,7 +172,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if view.error_code is not None:
         print(f"error: {view.error_code}: {view.error_message}")
     for wait in view.waiting_for:
-        what = describe_wait(wait.kind, wait.tool_name, paths=wait.paths, key=wait.key, args=wait.args,
+        if wait.kind == "budget":
+            print(f"waiting: the owner's token budget ({wait.used_tokens} used, {wait.reserved_tokens} reserved of "
+                  f"{wait.token_budget} per {wait.budget_window}; next call estimated at {wait.estimate_tokens}) "
+                  f"until the window ends at {wait.window_ends_at} or the budget is raised")
+            continue
+        what = describe_wait(wait.kind, wait.tool_name or "", paths=wait.paths, key=wait.key, args=wait.args,
                              reason=wait.reason)
         done = "" if not wait.delivered else " (delivered)" if wait.kind in INPUT_KINDS else " (answered)"
         print(f"waiting: {wait.tool_call_id} ({wait.tool_name}) needs {what}{done}")

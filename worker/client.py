@@ -26,6 +26,7 @@ from runtime.deps import client_tool
 from runtime.errors import RequestInvalid
 from runtime.prepare import format_loc, parse_turn_config, prepare_execution
 from runtime.tools import Tool, ToolArgsInvalid
+from schema.store import budgets as budget_store
 from schema.store import events as event_store
 from schema.store import limits as limit_store
 from schema.store import runs as run_store
@@ -38,7 +39,7 @@ from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
 from schema.wire.owners import OwnerLimits, OwnerLimitsChange, check_owner_name
 from schema.wire.vocab import ToolAnswerKind
 from worker.app import send_or_defer
-from worker.client_context import ClientContext, get_client_context
+from worker.client_context import ClientContext, get_client_context, send_woken
 from worker.deltas import DeltaOrder, DeltaSubscription, RunDelta, ends_stream_of
 from worker.observability.tracing import process_tracing, traceparent
 from worker.webhooks.policy import WebhookRefused as WebhookRefused
@@ -440,7 +441,12 @@ def set_owner_limits(
         if value is not _UNSET
     }
     change = OwnerLimitsChange.of(**given)
-    return limit_store.set_owner_limits((ctx or get_client_context()).engine, check_owner_name(owner), change)
+    ctx = ctx or get_client_context()
+    limits = limit_store.set_owner_limits(ctx.engine, check_owner_name(owner), change)
+    if {"token_budget", "budget_window", "on_budget"} & change.model_fields_set:
+        # A budget raised or cleared: the runs parked waiting for it that may go on now.
+        send_woken(ctx, budget_store.budget_changed(ctx.engine, owner))
+    return limits
 
 
 def owner_limits(owner: str, *, ctx: ClientContext | None = None) -> OwnerLimits:

@@ -16,7 +16,9 @@ import atexit
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Generic, TypeVar
+from uuid import UUID
 
 import structlog
 from sqlalchemy import Engine
@@ -26,7 +28,7 @@ from runtime.models.keys import ModelKeys, NamedKey
 from runtime.plugins import process_plugins
 from schema.store.store import Store
 from schema.store.tx import make_engine
-from worker.app import Dispatcher, app_for
+from worker.app import Dispatcher, app_for, send_or_defer
 from worker.logging import configure_logging
 from worker.settings import Settings, get_settings
 
@@ -136,3 +138,13 @@ _client_context = ProcessContext(build_client_context)
 def get_client_context() -> ClientContext:
     """This process's client context, built on first use from the environment."""
     return _client_context.get()
+
+
+def send_woken(ctx: ClientContext, woken: list[tuple[UUID, int]]) -> None:
+    """Send the round of each run woken from its budget wait (``schema.store.budgets``), to
+    its owner's share (its route read once per wake, never per round)."""
+    log = structlog.get_logger("aidawork.reconcile")
+    for run_id, boundary_seq in woken:
+        route = ctx.store.route_of(run_id)
+        send_or_defer(ctx.store, run_id, partial(ctx.dispatch.round, run_id, boundary_seq, route))
+        log.info("run_redispatched", run_id=str(run_id), boundary_seq=boundary_seq, resume=False, budget=True)

@@ -2,7 +2,9 @@
 the round task of every run that should be executing but has no live task - its lease
 expired (a crashed or paused worker) or its last message was never claimed (lost in the
 broker, or the sender died between commit and send). A run whose suspended round has
-all its inputs gets its resume re-sent instead.
+all its inputs gets its resume re-sent instead. A run parked for its owner's token budget
+whose window rolled over (or whose budget now takes its next call) is queued and sent its
+round again; a dead holder's open budget reservation is released (``schema.store.budgets``).
 
 A broker that lost its messages (Redis restarted without persistence, flushed, failed
 over to an empty replica) is noticed on the next pass: the epoch key this module keeps in
@@ -28,11 +30,12 @@ from uuid import uuid4
 import redis
 import structlog
 
+from schema.store.budgets import release_dead_reservations, wake_budget_waits
 from schema.store.leases import due_for_dispatch
 from schema.store.suspensions import pending_resumes, resume_if_ready, suspended_with_all_inputs
 from schema.store.workers import forget_old_workers
 from worker.app import send_or_defer
-from worker.client_context import ClientContext
+from worker.client_context import ClientContext, send_woken
 
 log = structlog.get_logger("aidawork.reconcile")
 BROKER_EPOCH_KEY = "aidawork:broker-epoch"
@@ -67,8 +70,19 @@ def reconcile(ctx: ClientContext) -> int:
         if resumes:
             send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes, ctx.store.route_of(run_id)))
             log.info("run_redispatched", run_id=str(run_id), resume=True)
+    _budget_pass(ctx)
     forget_old_workers(ctx.engine)
     return len(due)
+
+
+def _budget_pass(ctx: ClientContext) -> None:
+    """Free the reservations of holders that died with a model call in flight, then wake
+    the runs parked for their owner's budget that may go on now (the window rolled over,
+    or the budget takes their next call): each is sent its round again, from its start."""
+    released = release_dead_reservations(ctx.engine)
+    if released:
+        log.info("budget_reservations_released", calls=released)
+    send_woken(ctx, wake_budget_waits(ctx.engine))
 
 
 def reconcile_periodically(ctx: ClientContext, stop: threading.Event) -> int:

@@ -22,6 +22,7 @@ import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from runtime.budget import BudgetWaitRequired, OwnerBudgetExceeded, estimate_call_tokens
 from runtime.canonical import MAX_RESULT_DEPTH, json_problem
 from runtime.context import loaded_context
 from runtime.deps import OrchestratorDeps
@@ -36,6 +37,7 @@ from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, Rebuil
 from runtime.record import round_record
 from runtime.state import RunState
 from runtime.tools import PriorExecution, ToolContext, ToolOutcome, ToolsetUnavailable
+from schema.store.budgets import BudgetRefused
 from schema.store.claims import OWNER_AT_CAPACITY
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
@@ -45,6 +47,7 @@ from schema.wire.vocab import ToolStatus
 from worker import failpoints
 from worker.app import send_or_defer
 from worker.bootstrap import WorkerContext
+from worker.budget import park_for_budget, refusal_error
 from worker.deltas import FLUSH_S, MODEL_STREAM_RESTARTED, RunDelta
 from worker.logging import bind
 from worker.observability.rounds import GIVEN_BACK, RUN_FAILED, RoundObservation
@@ -66,6 +69,7 @@ class RoundDisposition(StrEnum):
     DROPPED = "dropped"  # not claimable: stale or duplicate delivery, nothing written
     COMMITTED = "committed"
     RUN_FAILED = "run_failed"  # ended without a round (poison, invalid stored config)
+    PARKED = "parked"  # suspended for the owner's budget, nothing of the round stored
 
 
 class LedgerHooks:
@@ -77,25 +81,38 @@ class LedgerHooks:
     first waits its turn, before its ledger row: a round given back to wait never paid."""
 
     def __init__(
-        self, ctx: WorkerContext, claim: Claim, observation: RoundObservation, gate: CallGate | None = None
+        self,
+        ctx: WorkerContext,
+        claim: Claim,
+        observation: RoundObservation,
+        gate: CallGate | None = None,
+        *,
+        max_output_tokens: int = 0,
     ) -> None:
         self._ctx = ctx
         self._claim = claim
         self._observation = observation
         self._gate = gate
+        self._max_output_tokens = max_output_tokens
         self._call_id: int | None = None
         # A claim that is not the round's first may follow a holder that streamed part of
         # this round already; so may a second model call under this claim (a rebuild).
-        self._stream_restarts = claim.attempt > 1 or claim.claims > 1
+        # (An earlier claim's call at this boundary is on the ledger, whether or not its
+        # holder's death was charged to the round.)
+        self._stream_restarts = claim.earlier_model_calls > 0
         self._streamed = False
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         c = self._claim
         if self._gate is not None:
             self._gate.wait_turn(request, c.run_id, c.boundary_seq, c.route)
-        self._call_id = self._ctx.store.record_model_call_started(
-            c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest
-        )
+        estimate = estimate_call_tokens(request, self._max_output_tokens)
+        try:
+            self._call_id = self._ctx.store.record_model_call_started(
+                c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest, estimate
+            )
+        except BudgetRefused as refused:
+            raise refusal_error(refused) from None  # the call is not made
         log.debug("model_called", messages=len(request.messages))
         self._observation.model_call_started()
         failpoints.hit("in_model_call", owner=c.owner)
@@ -258,7 +275,7 @@ def run_claimed(
     try:
         deps = _deps(state)
         gate = ctx.rate_limits.gate_for(deps.call_limit) if ctx.rate_limits is not None else None
-        hooks = LedgerHooks(ctx, claim, observation, gate)
+        hooks = LedgerHooks(ctx, claim, observation, gate, max_output_tokens=deps.max_output_tokens)
         observation.using_model(deps.provider, deps.model_name)
         with ctx.leases.holding(claim.run_id, claim.fence), listening(gate):
             result = step(deps, state, hooks)
@@ -269,6 +286,11 @@ def run_claimed(
         next_run_id = ctx.store.commit_round(record_of(ctx, claim, result))
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message, observation)
+    except OwnerBudgetExceeded as exc:  # a rebuild's summary call (the round's own call ends in the loop)
+        return _fail_run(ctx, claim, exc.code, exc.message, observation)
+    except BudgetWaitRequired as wait:
+        park_for_budget(ctx, claim, wait, observation)
+        return RoundDisposition.PARKED
     except BaseException as exc:
         observation.ended(GIVEN_BACK, lease_lost=isinstance(exc, FenceLost), error=type(exc).__name__)
         # Give the run back at once rather than at lease expiry; a lost fence makes this a

@@ -132,8 +132,6 @@ def set_owner_limits(engine: Engine, owner: str, change: OwnerLimitsChange) -> O
     except OwnerLimitsInvalid:
         _forget_if_bare(engine, owner)
         raise
-    if {"token_budget", "budget_window", "on_budget"} & change.model_fields_set:
-        budget_changed(engine, owner)
     return limits
 
 
@@ -150,13 +148,6 @@ def _forget_if_bare(engine: Engine, owner: str) -> None:
         ),
         name="owner_forgotten",
     )
-
-
-def budget_changed(engine: Engine, owner: str) -> None:
-    """Called after ``owner``'s budget, window or on_budget changed (raised or cleared):
-    the hook where runs suspended waiting for the budget get resumed. The budget's
-    enforcement (another part of issue 14) fills it in; until then nothing waits."""
-    del engine, owner
 
 
 def get_owner_limits(engine: Engine, owner: str) -> OwnerLimits:

@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError
 
 from schema import tables
+from schema.store import budgets
 from schema.store.bodies import without_result
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.store.limits import next_of_owner_sql
@@ -185,37 +186,58 @@ def commit_round(engine: Engine, record: RoundRecord) -> UUID | None:
 
 # The first ledger row of a claim also marks the round's execution as started under that
 # fence (runs.execution_fence): from here on, a holder that dies costs the round an attempt.
+# The same statement reserves the call's estimate against the owner's budget, if it has
+# one (schema.store.budgets): no row is inserted when the reservation is refused, and the
+# statement returns the budget's figures instead. An owner without a budget pays a primary
+# key lookup on owners, no write.
 _LEDGER_START_SQL = text(
-    """
+    f"""
 WITH held AS (
-  UPDATE runs SET execution_fence = :fence WHERE id = :run_id AND claim_fence = :fence RETURNING id
+  UPDATE runs SET execution_fence = :fence WHERE id = :run_id AND claim_fence = :fence RETURNING id, owner
+), {budgets.RESERVE_CTES}, call AS (
+  INSERT INTO model_calls (run_id, boundary_seq, attempt, claim_fence, status, request_digest,
+                           {budgets.RESERVED_COLUMNS})
+  SELECT held.id, :boundary_seq, :attempt, :fence, 'started', :request_digest, {budgets.RESERVED_VALUES}
+  FROM held LEFT JOIN budget ON true
+  WHERE {budgets.RESERVED_GUARD}
+  RETURNING id
 )
-INSERT INTO model_calls (run_id, boundary_seq, attempt, claim_fence, status, request_digest)
-SELECT held.id, :boundary_seq, :attempt, :fence, 'started', :request_digest FROM held
-RETURNING id
+SELECT (SELECT id FROM call) AS call_id, {budgets.REFUSAL_COLUMNS}
+FROM held LEFT JOIN budget ON true
 """
 )
 
 # Keyed by the call's own row, which only this holder's started call matches (its id, run
 # and fence, still 'started'): it never needs the fence to be held - the call was paid for
 # either way - and it can change nothing but that row, once. Whether the fence is still
-# held is recorded, not required.
+# held is recorded, not required. The same statement settles the owner's spend: the call's
+# reservation (if still open) is replaced by its real usage.
 _LEDGER_FINISH_SQL = text(
-    """
-UPDATE model_calls AS mc SET status = :status, response_digest = :response_digest,
-  response = CAST(:response AS jsonb), input_tokens = :input_tokens, output_tokens = :output_tokens,
-  error_code = :error_code, finished_at = now(),
-  stale = NOT EXISTS (SELECT 1 FROM runs WHERE runs.id = mc.run_id AND runs.claim_fence = mc.claim_fence)
-WHERE mc.id = :call_id AND mc.run_id = :run_id AND mc.claim_fence = :fence AND mc.status = 'started'
-RETURNING mc.stale
+    f"""
+WITH fin AS (
+  UPDATE model_calls AS mc SET status = :status, response_digest = :response_digest,
+    response = CAST(:response AS jsonb), input_tokens = :input_tokens, output_tokens = :output_tokens,
+    error_code = :error_code, finished_at = now(), reservation_open = false,
+    stale = NOT EXISTS (SELECT 1 FROM runs WHERE runs.id = mc.run_id AND runs.claim_fence = mc.claim_fence)
+  FROM {budgets.SETTLE_OLD}
+  WHERE mc.id = old.id AND mc.run_id = :run_id AND mc.claim_fence = :fence AND mc.status = 'started'
+  RETURNING mc.stale, mc.spend_window_start, {budgets.SETTLE_RELEASED}
+), {budgets.SETTLE_CTE}
+SELECT stale FROM fin
 """
 )
 
 
 def record_model_call_started_txn(
-    conn: Connection, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str
+    conn: Connection,
+    run_id: UUID,
+    boundary_seq: int,
+    attempt: int,
+    fence: int,
+    request_digest: str,
+    estimate_tokens: int = 0,
 ) -> int:
-    call_id = conn.execute(
+    row = conn.execute(
         _LEDGER_START_SQL,
         {
             "run_id": run_id,
@@ -223,21 +245,34 @@ def record_model_call_started_txn(
             "attempt": attempt,
             "fence": fence,
             "request_digest": request_digest,
+            "estimate": estimate_tokens,
         },
-    ).scalar_one_or_none()
-    if call_id is None:
+    ).one_or_none()
+    if row is None:
         raise FenceLost(run_id, fence)
-    return int(call_id)
+    if row.call_id is None:
+        raise budgets.BudgetRefused(run_id, budgets.shortfall_fields(row, estimate_tokens))
+    return int(row.call_id)
 
 
 def record_model_call_started(
-    engine: Engine, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str
+    engine: Engine,
+    run_id: UUID,
+    boundary_seq: int,
+    attempt: int,
+    fence: int,
+    request_digest: str,
+    estimate_tokens: int = 0,
 ) -> int:
-    """Write the ledger row before calling the model; a holder that lost its fence gets
-    ``FenceLost`` here and never pays for the call."""
+    """Write the ledger row before calling the model, reserving ``estimate_tokens``
+    against the owner's budget if it has one; a holder that lost its fence gets
+    ``FenceLost`` here and never pays for the call, and a call the budget cannot take
+    gets ``BudgetRefused`` (nothing written, nothing reserved)."""
     return run_transaction(
         engine,
-        lambda conn: record_model_call_started_txn(conn, run_id, boundary_seq, attempt, fence, request_digest),
+        lambda conn: record_model_call_started_txn(
+            conn, run_id, boundary_seq, attempt, fence, request_digest, estimate_tokens
+        ),
         name="model_call_started",
         single_statement=True,
     )

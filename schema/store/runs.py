@@ -12,6 +12,7 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine, text
 
+from schema.store.budgets import budget_waiting_for
 from schema.store.doubletext import ROLLED_BACK, cancel_message, runs_to_cancel
 from schema.store.errors import FenceLost, IdempotencyKeyReused, RootNotFound, RunNotFound
 from schema.store.limits import next_of_owner_sql
@@ -366,5 +367,7 @@ def get_run_view(engine: Engine, run_id: UUID, *, owner: str | None = None) -> R
         if row is None:
             raise RunNotFound(run_id)
         waiting = waiting_for(conn, run_id) if row.status in ("suspended", "running") else []
+        if row.status == "suspended":
+            waiting = budget_waiting_for(conn, run_id) + waiting
         webhooks = deliveries_of(conn, run_id)
     return RunView.model_validate({**row._mapping, "waiting_for": waiting, "webhooks": webhooks})

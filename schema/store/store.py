@@ -15,7 +15,7 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
-from schema.store import claims, effects, leases, rebuilds, rounds, routes, runs, suspensions
+from schema.store import budgets, claims, effects, leases, rebuilds, rounds, routes, runs, suspensions
 from schema.store.claims import ClaimRefusal
 from schema.store.effects import ExecutionRecord
 from schema.store.rebuilds import PlanReservation, Reservation, VerifyPrefix
@@ -66,9 +66,15 @@ class Store:
     # --- rounds and the model-call ledger -------------------------------------------------
 
     def record_model_call_started(
-        self, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str
+        self, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str,
+        estimate_tokens: int = 0,
     ) -> int:
-        return rounds.record_model_call_started(self.engine, run_id, boundary_seq, attempt, fence, request_digest)
+        return rounds.record_model_call_started(
+            self.engine, run_id, boundary_seq, attempt, fence, request_digest, estimate_tokens
+        )
+
+    def park_for_budget(self, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]) -> None:
+        budgets.park_for_budget(self.engine, run_id, fence, boundary_seq, wait)
 
     def record_model_call_finished(
         self,

@@ -407,11 +407,13 @@ def resume_if_ready(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResum
 
 def suspended_with_all_inputs(engine: Engine, *, limit: int = 100) -> list[UUID]:
     """Suspended runs whose waiting calls all have their inputs (a worker died between
-    committing the suspension and making it ready)."""
+    committing the suspension and making it ready). A run parked for its owner's budget
+    waits for no call (schema.store.budgets wakes it): left out, so that many of them
+    never crowd out the runs this repairs."""
     with engine.connect() as conn:
         rows = conn.execute(
             text(
-                "SELECT r.id FROM runs r WHERE r.status = 'suspended' AND NOT EXISTS ("
+                "SELECT r.id FROM runs r WHERE r.status = 'suspended' AND r.budget_wait IS NULL AND NOT EXISTS ("
                 "  SELECT 1 FROM tool_invocations ti WHERE ti.run_id = r.id AND ti.boundary_seq = r.boundary_seq"
                 f"  AND ti.status = 'suspended' AND NOT {_DELIVERED})"
                 f" AND NOT {at_capacity_sql('r')}"

@@ -142,16 +142,25 @@ class RunEvent(_Wire):
 
 
 class WaitingFor(_Wire):
-    """A suspended tool call and what it waits for."""
+    """A suspended tool call and what it waits for; or (kind ``budget``, no tool call) a
+    run parked until its owner's token budget can take its next model call."""
 
-    tool_call_id: str
-    tool_name: str
-    kind: str  # local_read | prerequisite | client_tool | approval | outcome_unknown
+    tool_call_id: str | None = None  # None for a budget wait
+    tool_name: str | None = None
+    kind: str  # local_read | prerequisite | client_tool | approval | outcome_unknown | budget
     paths: list[str] | None = None  # local_read: the files asked for
     key: str | None = None  # prerequisite: its key
     args: dict[str, Any] | None = None  # client_tool, approval, outcome_unknown: the call's args
     reason: str | None = None  # outcome_unknown: why it is not known
     delivered: bool
+    # budget: the owner's window (1h | 1d | 30d) and when it ends, its budget, the tokens
+    # used and reserved in it when the run parked, and the next call's estimate.
+    budget_window: str | None = None
+    window_ends_at: datetime | None = None
+    token_budget: int | None = None
+    used_tokens: int | None = None
+    reserved_tokens: int | None = None
+    estimate_tokens: int | None = None
 
 
 class WebhookDeliveryView(_Wire):

@@ -259,3 +259,60 @@ def test_the_shell_stores_the_same_on_the_double_as_on_postgresql(ctx: Any) -> N
                      s.store.resolve_prerequisite, observe_memory)
     for want, have in zip(expected, got, strict=True):
         assert have == want, f"step {want[0]!r}"
+
+
+def drive_budget(side: Side, set_budget: Callable[[int, str], None], spend: Callable[[], tuple[int, int]]) -> list[Any]:
+    """Reservations against an owner's budget: taken, refused (nothing written), settled,
+    and a run parked for it under its fence."""
+    from schema.store.budgets import BudgetRefused
+
+    s, seen = side.store, []
+    request, prepared = prepare_execution(RUNTIME, scripted_request([{"content": "done"}], owner="team-budget"))
+    config = prepared.turn_config.model_dump(mode="json")
+    set_budget(1000, "wait")
+    first, second = side.submit(request, config), side.submit(request, config)
+    c1, c2 = (s.claim_round(r.run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
+              for r in (first, second))
+    assert c1 is not None and c2 is not None
+
+    def start(c: Claim, estimate: int) -> Any:
+        try:
+            s.record_model_call_started(c.run_id, 0, c.attempt, c.fence, "req", estimate)
+            return "reserved"
+        except BudgetRefused as refused:
+            return {k: refused.shortfall[k] for k in ("on_budget", "token_budget", "used", "reserved", "estimate")}
+
+    call = s.record_model_call_started(c1.run_id, 0, c1.attempt, c1.fence, "req", 600)
+    seen.append(("reserved", spend(), side.row(c1.run_id)))
+    seen.append(("refused", start(c2, 500), spend(), side.row(c2.run_id)))
+    s.record_model_call_finished(call, c1.run_id, c1.fence, response_digest="r", input_tokens=120, output_tokens=30,
+                                 error_code=None)
+    seen.append(("settled", spend()))
+    seen.append(("refused again", start(c2, 900), spend()))
+    s.park_for_budget(c2.run_id, c2.fence, 0, {"estimate": 900})
+    seen.append(("parked", side.row(c2.run_id), fenced(lambda: s.park_for_budget(c2.run_id, c2.fence, 0, {}))))
+    seen.append(("within", start(c1, 850), spend()))
+    return seen
+
+
+def test_the_double_reserves_and_settles_budgets_as_postgresql_does(engine: Engine) -> None:
+    from schema.store.budgets import set_owner_budget
+    from tests.support.db import rows
+
+    def real_spend() -> tuple[int, int]:
+        found = rows(engine, "SELECT used, reserved FROM owner_spend WHERE owner = 'team-budget'")
+        return (found[0]["used"], found[0]["reserved"]) if found else (0, 0)
+
+    expected = drive_budget(
+        real(engine), lambda budget, on: set_owner_budget(engine, "team-budget", budget, "1h", on) and None, real_spend
+    )
+    side = memory()
+    store = side.store
+
+    def memory_spend() -> tuple[int, int]:
+        budget = store.budgets.get("team-budget", {})
+        return budget.get("used", 0), budget.get("reserved", 0)
+
+    got = drive_budget(side, lambda budget, on: store.set_budget("team-budget", budget, on), memory_spend)
+    for want, have in zip(expected, got, strict=True):
+        assert have == want, f"step {want[0]!r}"

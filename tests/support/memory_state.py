@@ -48,6 +48,7 @@ class RunRow:
     error_message: str | None = None
     trace_context: str | None = None
     priority: int = 5
+    budget_wait: dict[str, Any] | None = None
 
 
 @dataclass

@@ -35,12 +35,13 @@ from schema.wire import RunRequest, RunStatus
 from schema.wire.claim import Checkpoint, Claim, LoadedMessage, StoredRound
 from schema.wire.record import RoundRecord, ToolInvocationRecord
 from schema.wire.route import DEFAULT_WEIGHT, Route
+from tests.support.memory_budgets import BudgetOps
 from tests.support.memory_rebuilds import RebuildOps
 from tests.support.memory_state import ACTIVE, CheckpointRow, RunRow, as_json, without_result
 from tests.support.memory_suspensions import SuspensionOps
 
 
-class InMemoryStore(SuspensionOps, RebuildOps):
+class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.RLock()
         self._now = clock
@@ -58,6 +59,7 @@ class InMemoryStore(SuspensionOps, RebuildOps):
         self.executions: dict[tuple[UUID, str], dict[str, Any]] = {}
         self.builds: dict[UUID, dict[str, Any]] = {}
         self.consumptions: dict[UUID, dict[str, Any]] = {}
+        self.budgets: dict[str, dict[str, Any]] = {}  # owner -> budget and its one window's spend
         self.calls: list[str] = []  # every Store method called, in order (fakes record their calls)
         self.weights: dict[str, int] = {}  # owners.weight, for the owners that have a row
 
@@ -251,12 +253,14 @@ class InMemoryStore(SuspensionOps, RebuildOps):
     # --- rounds and the model-call ledger -------------------------------------------------
 
     def record_model_call_started(
-        self, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str
+        self, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str,
+        estimate_tokens: int = 0,
     ) -> int:
         with self._lock:
             self.calls.append("record_model_call_started")
             run = self._held(run_id, fence, status=None)
             run.execution_fence = fence
+            reserved = self._reserve(run_id, run.owner, estimate_tokens)
             self.model_calls.append(
                 {
                     "id": len(self.model_calls) + 1,
@@ -272,6 +276,8 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                     "output_tokens": None,
                     "error_code": None,
                     "stale": False,
+                    "reserved_tokens": estimate_tokens if reserved else None,
+                    "reservation_open": reserved,
                 }
             )
             return len(self.model_calls)
@@ -303,6 +309,8 @@ class InMemoryStore(SuspensionOps, RebuildOps):
                 error_code=error_code,
                 stale=run is None or run.claim_fence != fence,
             )
+            if run is not None:
+                self._settle(run.owner, call, (input_tokens or 0) + (output_tokens or 0))
             if call["stale"]:
                 raise FenceLost(run_id, fence)
 

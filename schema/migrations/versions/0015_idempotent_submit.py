@@ -8,7 +8,7 @@ of the request without its key: a replay with another body is refused.
 ``interrupted_by``: the run whose ``interrupt`` / ``rollback`` submit cancelled this one.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-12-02
 """
 
@@ -19,7 +19,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from runtime.budget import OWNER_BUDGET_EXCEEDED
-from schema.store.budgets import budget_changed, set_owner_budget
+from schema.store.budgets import set_owner_budget
 from tests.support.cluster import Cluster, cli, wait_ready
 from tests.support.db import calls_per_boundary, rows, wait_suspended, wait_terminal
 from tests.support.env import WAIT_S
@@ -69,12 +69,9 @@ def test_wait_parks_the_run_and_raising_the_budget_lets_it_complete(cluster: Clu
     )
     assert wait["window_ends_at"] is not None and wait["estimate_tokens"] + wait["used_tokens"] > ONE_ROUND_BUDGET
 
-    with ctx.engine.begin() as conn:  # what `aidawork owner set --token-budget` writes
-        conn.execute(text("UPDATE owners SET token_budget = 100000 WHERE owner = :o"), {"o": OWNER})
-    woken = budget_changed(ctx.engine, OWNER)
-    assert woken == [(run_id, 1)]
-    for woken_id, boundary_seq in woken:
-        ctx.dispatch.round(woken_id, boundary_seq)
+    # What `aidawork owner set OWNER --token-budget 100000` does: it raises the budget, wakes
+    # the parked run and sends its round.
+    assert client.set_owner_limits(OWNER, token_budget=100_000, ctx=ctx).token_budget == 100_000
 
     row = wait_terminal(ctx.engine, run_id)
     assert (row["status"], row["output"]) == ("completed", "5")

@@ -33,7 +33,7 @@ def test_duplicate_and_stale_deliveries_are_dropped_without_side_effects(cluster
               rows(ctx.engine, "SELECT count(*) AS n FROM run_events")[0]["n"])
 
     for boundary in (0, 1, 2, 7):  # redelivered old rounds, and a boundary the run never reached
-        ctx.dispatch.round(run_id, boundary)
+        ctx.dispatch.round(run_id, boundary, ctx.store.route_of(run_id))
     refused = wait_until(
         lambda: len(events(cluster, "w1", "claim_refused", run_id=run_id)) >= 4 or None,
         what="the four deliveries to be refused",

@@ -144,3 +144,19 @@ def test_a_budget_without_a_window_is_refused_and_nothing_is_stored(engine: Engi
     assert (raised.token_budget, raised.budget_window) == (5000, "1d")
     cleared = limits.set_owner_limits(engine, "fresh", OwnerLimitsChange.of(token_budget=None))
     assert (cleared.token_budget, cleared.budget_window) == (None, None)
+
+
+def test_a_run_parked_for_its_budget_gives_its_slot_back(ctx: Any) -> None:
+    from schema.store.budgets import park_for_budget
+
+    engine = ctx.engine
+    limits.set_owner_limits(engine, OWNER, OwnerLimitsChange.of(max_running=1))
+    parked, waiting = submit(engine), submit(engine)
+    c = claim(engine, parked.run_id)
+    assert c is not None and counter(engine) == (1, 1)
+    assert claim(engine, waiting.run_id) is None  # the one slot is taken
+
+    park_for_budget(engine, c.run_id, c.fence, c.boundary_seq, {"budget_window": "1h"})
+    assert_in_step(engine, "parking for the budget")
+    assert counter(engine) == (0, 0)
+    assert claim(engine, waiting.run_id) is not None  # the slot it gave back

@@ -31,8 +31,7 @@ import redis
 import structlog
 
 from runtime.errors import ModelUnavailable
-from runtime.models.base import ModelRequest
-from runtime.models.limits import CallLimitKey, estimated_tokens, listening_for_rate_limits
+from runtime.models.limits import CallLimitKey, listening_for_rate_limits
 from schema.wire.route import Route
 from worker.rate_limit_rules import Bucket, RateLimitRules
 from worker.settings import Settings
@@ -185,10 +184,10 @@ class CallGate:
         self._limiter = limiter
         self.bucket = bucket
 
-    def wait_turn(self, request: ModelRequest, run_id: UUID, boundary_seq: int, route: Route) -> None:
+    def wait_turn(self, input_tokens: int, run_id: UUID, boundary_seq: int, route: Route) -> None:
         """Return when the call may go; raise ``RoundRateLimited`` when the wait is long,
         ``ModelUnavailable`` when Redis does not answer."""
-        tokens = estimated_tokens(request, self.bucket.max_output_tokens)
+        tokens = input_tokens + self.bucket.max_output_tokens  # the call's estimate (runtime.budget)
         slept_s = 0.0
         while True:
             try:

@@ -22,7 +22,7 @@ import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from runtime.budget import BudgetWaitRequired, OwnerBudgetExceeded, estimate_call_tokens
+from runtime.budget import BudgetWaitRequired, OwnerBudgetExceeded, estimate_input_tokens
 from runtime.canonical import MAX_RESULT_DEPTH, json_problem
 from runtime.context import loaded_context
 from runtime.deps import OrchestratorDeps
@@ -104,9 +104,10 @@ class LedgerHooks:
 
     def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
         c = self._claim
+        input_tokens = estimate_input_tokens(request)  # once: the rate limit's and the budget's
         if self._gate is not None:
-            self._gate.wait_turn(request, c.run_id, c.boundary_seq, c.route)
-        estimate = estimate_call_tokens(request, self._max_output_tokens)
+            self._gate.wait_turn(input_tokens, c.run_id, c.boundary_seq, c.route)
+        estimate = input_tokens + self._max_output_tokens
         try:
             self._call_id = self._ctx.store.record_model_call_started(
                 c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest, estimate

@@ -5,9 +5,9 @@ enforced (the worker's token buckets in Redis, ``worker.rate_limits``):
   key's name ``api_key_ref``, the model) and the output limit that is part of each call's
   token estimate; derived once per run from its model config (``call_limit_key``). A
   config without ``api_key_ref`` (the scripted model) has none: it is never limited.
-- ``estimated_tokens``: a call's token estimate, the input from the request's size plus
-  the output limit, which is how OpenAI itself counts a request against a tokens-per-minute
-  limit when the request arrives (so the estimate needs no settling afterwards).
+- a call's token estimate is the one the budgets use (``runtime.budget``): its input
+  estimate plus the bucket's output limit, which is how OpenAI itself counts a request
+  against a tokens-per-minute limit when the request arrives (so it needs no settling).
 - the HTTP transport reports every 429 it is answered (with the wait its ``Retry-After``
   asks for) to whoever listens on this thread (``listening_for_rate_limits``), so the
   worker can narrow the limit for the whole fleet.
@@ -23,15 +23,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
-
-from runtime.canonical import canonical_json
-from runtime.models.base import ModelRequest
-
-# A rough count that needs no tokenizer: about four characters of English or JSON per
-# token. Only the limiter uses it, and it errs on the large side for code and JSON.
-CHARS_PER_TOKEN = 4
-# Each message costs a few tokens of framing besides its text (role, separators).
-TOKENS_PER_MESSAGE = 4
 
 
 @dataclass(frozen=True)
@@ -58,14 +49,6 @@ def _output_limit(config: Any) -> int:
         return int(limit[1]) if limit is not None else 0
     value = getattr(config, "max_tokens", None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def estimated_tokens(request: ModelRequest, max_output_tokens: int) -> int:
-    """The call's token estimate: its input (system prompt, messages, tool specs) counted
-    from its size, plus the output limit."""
-    chars = len(request.system) + (len(canonical_json(list(request.tools))) if request.tools else 0)
-    chars += sum(len(canonical_json(m.to_json())) for m in request.messages)
-    return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * (len(request.messages) + 1) + max_output_tokens
 
 
 # --- the provider's 429s, reported to the caller ------------------------------------------

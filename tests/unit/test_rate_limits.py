@@ -16,6 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 import worker.round as round_module
+from runtime.budget import estimate_call_tokens
 from runtime.config import AnthropicModelConfig, OpenAIModelConfig, ScriptedModelConfig
 from runtime.context import context_chain
 from runtime.errors import ModelUnavailable
@@ -25,7 +26,6 @@ from runtime.models.keys import ModelKeys
 from runtime.models.limits import (
     CallLimitKey,
     call_limit_key,
-    estimated_tokens,
     listening_for_rate_limits,
     retry_after_s,
 )
@@ -133,11 +133,11 @@ def request(text: str, tools: tuple[dict[str, Any], ...] = ()) -> ModelRequest:
 
 
 def test_a_calls_estimate_is_its_input_by_size_plus_the_output_limit() -> None:
-    short, long = estimated_tokens(request("hi"), 0), estimated_tokens(request("x" * 4000), 0)
+    short, long = estimate_call_tokens(request("hi"), 0), estimate_call_tokens(request("x" * 4000), 0)
     assert 0 < short < 20 and 990 <= long - short <= 1010  # 4000 characters: about 1000 tokens
-    assert estimated_tokens(request("hi"), 500) == short + 500
+    assert estimate_call_tokens(request("hi"), 500) == short + 500
     tool = {"name": "add", "description": "d" * 400, "parameters": {}}
-    assert estimated_tokens(request("hi", (tool,)), 0) > short + 100
+    assert estimate_call_tokens(request("hi", (tool,)), 0) > short + 100
 
 
 def test_retry_after_reads_milliseconds_seconds_and_http_dates() -> None:

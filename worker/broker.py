@@ -28,6 +28,10 @@ from typing import Any
 import redis
 from kombu.transport import redis as kombu_redis
 
+# Packed BRPOP commands kept per channel, one per queue order (the rotation of a few
+# owners' queues visits far fewer; past this many the cache starts over).
+BRPOP_CACHE_MAX = 512
+
 
 def brpop_keys(queues: Sequence[str], steps: Sequence[int], key_for: Callable[[str, int], str]) -> list[str]:
     """BRPOP's keys for queues in their turn order: queue first, then priority steps."""
@@ -38,6 +42,7 @@ class Channel(kombu_redis.Channel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._sync_client: Any = None
         self._sync_client_lock = threading.Lock()
+        self._brpop_packed: dict[tuple[tuple[str, ...], float], Any] = {}
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
@@ -61,16 +66,25 @@ class Channel(kombu_redis.Channel):
         queues = self._queue_cycle.consume(len(self.active_queues))
         if not queues:
             return
-        keys: list[Any] = brpop_keys(queues, self.priority_steps, self._q_for_pri)
-        command_args = ["BRPOP", *keys, timeout or 0]
-        self._in_poll = self.client.connection
+        connection = self.client.connection
+        key = (tuple(queues), timeout)
+        packed = self._brpop_packed.get(key)
+        if packed is None:
+            keys: list[Any] = brpop_keys(queues, self.priority_steps, self._q_for_pri)
+            command_args = ["BRPOP", *keys, timeout or 0]
+            if self.global_keyprefix:
+                command_args = self.client._prefix_args(command_args)
+            packed = connection.pack_command(*command_args)
+            if len(self._brpop_packed) >= BRPOP_CACHE_MAX:
+                self._brpop_packed.clear()
+            self._brpop_packed[key] = packed
+        self._in_poll = connection
         self._brpop_sent_at = monotonic()  # type: ignore[assignment]  # kombu declares it None
-        if self.global_keyprefix:
-            command_args = self.client._prefix_args(command_args)
-        self.client.connection.send_command(*command_args)
+        connection.send_packed_command(packed)
 
     def _disconnect_pools(self) -> None:
         self._sync_client = None  # bound to the pool being dropped
+        self._brpop_packed.clear()
         super()._disconnect_pools()  # type: ignore[no-untyped-call]
 
 

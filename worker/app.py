@@ -10,10 +10,12 @@
   round never holds a backlog hostage.
 - JSON only, and task arguments are ids only (run id, boundary), so Flower never shows
   prompts, file bodies or secrets.
-- Task events on (``worker_send_task_events``, ``task_send_sent_event``): Flower sees
-  every task from sent to succeeded. The only tasks are rounds (run and resume): the
-  reconciler is no task, it runs inside ``aidawork beat`` on its timer
-  (``worker.reconcile``), so Flower lists work, not ticks.
+- Task events on (``worker_send_task_events``): Flower sees every task from received to
+  succeeded or failed. No ``task-sent`` event (``task_send_sent_event`` off): it would
+  cost every round one more event publish (about 4 % of a worker's CPU per round) to say
+  what ``task-received`` says a moment later; a task Flower lists is one a worker took.
+  The only tasks are rounds (run and resume): the reconciler is no task, it runs inside
+  ``aidawork beat`` on its timer (``worker.reconcile``), so Flower lists work, not ticks.
 - No result backend: outcomes live in PostgreSQL.
 - Fair share and priorities (``runtime.shares``): AIDAWORK_ROUND_QUEUES round queues
   (``aidawork.rounds.0`` ...), all consumed by every worker, served one message per turn
@@ -98,7 +100,7 @@ def create_app(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
-        task_send_sent_event=True,
+        task_send_sent_event=False,  # see the module's docstring
         task_publish_retry=True,
         task_publish_retry_policy=PUBLISH_RETRY_POLICY,
         task_serializer="json",

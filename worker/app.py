@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 from uuid import UUID
 
 import structlog
@@ -83,13 +84,17 @@ def round_queues(settings: Settings) -> list[str]:
     return [round_queue(i) for i in range(settings.round_queues)]
 
 
+def redis_broker(settings: Settings) -> bool:
+    return settings.broker_url.startswith(("redis:", "rediss:"))
+
+
 def create_app(settings: Settings) -> Celery:
     """A Celery app on ``settings.broker_url``, with the delivery semantics above."""
     app = Celery("aidawork", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
         # kombu's Redis transport, reusing one client per channel (worker/broker.py).
-        broker_transport="worker.broker:Transport" if settings.broker_url.startswith(("redis:", "rediss:")) else None,
+        broker_transport="worker.broker:Transport" if redis_broker(settings) else None,
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             "visibility_timeout": VISIBILITY_TIMEOUT_S,
@@ -151,17 +156,26 @@ class Dispatcher:
     """Sends the round and resume tasks on one app's broker. Send only after the state a
     task depends on committed; ``send_or_defer`` covers a broker that stays down."""
 
-    def __init__(self, app: Celery, queues: int) -> None:
+    def __init__(self, app: Celery, queues: int, *, declare_queues: bool = True) -> None:
         self.app = app
         self.queues = queues  # AIDAWORK_ROUND_QUEUES
+        # ``declare_queues=False`` on Redis (``redis_broker``): there a round is an LPUSH to
+        # its queue's list (the anonymous exchange, no binding to look up), and declaring
+        # the queue again before every publish, as Celery does unless told otherwise, only
+        # costs CPU (about 2 % of a worker's per round). On another broker a queue must
+        # exist to take a message: the declaration stays.
+        self._round_options: dict[str, Any] = {} if declare_queues else {"declare": []}
 
     def round(self, run_id: UUID, boundary_seq: int, route: Route, *, countdown_s: float | None = None) -> None:
         """Send the task for one round, to its owner's share at the run's priority
         (``countdown_s``: to run no sooner than that)."""
         queue = round_queue(queue_index(route, run_id, boundary_seq, self.queues))
+        args = [str(run_id), boundary_seq]
+        # argsrepr: what Celery's saferepr would make of these two plain values (Flower
+        # shows it), without its generic walk over them.
         self.app.send_task(
-            RUN_ROUND_TASK, args=[str(run_id), boundary_seq], queue=queue, priority=broker_priority(route.priority),
-            countdown=countdown_s,
+            RUN_ROUND_TASK, args=args, queue=queue, priority=broker_priority(route.priority),
+            countdown=countdown_s, argsrepr=repr(args), kwargsrepr="{}", **self._round_options,
         )
         if countdown_s is None:
             log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq, queue=queue)

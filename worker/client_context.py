@@ -28,7 +28,7 @@ from runtime.models.keys import ModelKeys, NamedKey
 from runtime.plugins import process_plugins
 from schema.store.store import Store
 from schema.store.tx import make_engine
-from worker.app import Dispatcher, app_for, send_or_defer
+from worker.app import Dispatcher, app_for, redis_broker, send_or_defer
 from worker.logging import configure_logging
 from worker.settings import Settings, get_settings
 
@@ -105,7 +105,7 @@ def build_client_context(settings: Settings, threads: int | None = None) -> Clie
         engine=engine,
         store=Store(engine),
         runtime=runtime_for(settings),
-        dispatch=Dispatcher(app_for(settings), settings.round_queues),
+        dispatch=Dispatcher(app_for(settings), settings.round_queues, declare_queues=not redis_broker(settings)),
     )
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
+from schema.store.driver import DRIVER_TRANSACTIONS, run_on_driver
 from schema.wire.retry import RetryPolicy, backoff_s
 
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
@@ -95,18 +96,24 @@ def run_transaction(
 
     ``single_statement``: ``fn`` issues exactly one statement, which is atomic on its
     own, so it runs in autocommit and saves the BEGIN and COMMIT round trips (two of the
-    three a one-statement transaction would cost). The round's hot path uses this."""
+    three a one-statement transaction would cost). The round's hot path uses this; its
+    four statements (``DRIVER_TRANSACTIONS``) run on the driver's connection itself
+    (``schema.store.driver``), the same SQL, in autocommit as well."""
+    on_driver = single_statement and name in DRIVER_TRANSACTIONS
     if single_statement:
         isolation_level = "AUTOCOMMIT"
     attempt = 1
     unavailable_since: float | None = None
     while True:
         try:
-            with engine.connect() as conn:
-                if isolation_level is not None:
-                    conn = conn.execution_options(isolation_level=isolation_level)
-                with conn.begin():
-                    result = fn(conn)
+            if on_driver:
+                result = run_on_driver(engine, fn)
+            else:
+                with engine.connect() as conn:
+                    if isolation_level is not None:
+                        conn = conn.execution_options(isolation_level=isolation_level)
+                    with conn.begin():
+                        result = fn(conn)
             if unavailable_since is not None:
                 log.warning("database_available", name=name, after_s=round(time.monotonic() - unavailable_since, 3))
             return result

@@ -14,7 +14,8 @@
   succeeded or failed. No ``task-sent`` event (``task_send_sent_event`` off): it would
   cost every round one more event publish (about 4 % of a worker's CPU per round) to say
   what ``task-received`` says a moment later; a task Flower lists is one a worker took.
-  The only tasks are rounds (run and resume): the reconciler is no task, it runs inside
+  The worker sends its task events in batches, every 0.1 s (``worker.consumer``), not one
+  message per event. The only tasks are rounds (run and resume): the reconciler is no task, it runs inside
   ``aidawork beat`` on its timer (``worker.reconcile``), so Flower lists work, not ticks.
 - No result backend: outcomes live in PostgreSQL.
 - Fair share and priorities (``runtime.shares``): AIDAWORK_ROUND_QUEUES round queues
@@ -105,6 +106,7 @@ def create_app(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
+        worker_consumer="worker.consumer:Consumer",  # task events flushed on a timer
         task_send_sent_event=False,  # see the module's docstring
         task_publish_retry=True,
         task_publish_retry_policy=PUBLISH_RETRY_POLICY,

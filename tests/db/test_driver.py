@@ -24,13 +24,16 @@ def test_a_statement_on_the_driver_commits_by_itself_and_reads_like_a_result(eng
     row = run_transaction(
         engine,
         lambda conn: conn.execute(
-            text("INSERT INTO driver_probe VALUES (:id, :note) RETURNING id, note, note LIKE '%%x%%' AS has_x"),
-            {"id": 1, "note": "a x"},
+            text(
+                "INSERT INTO driver_probe VALUES (:id, :note) "
+                "RETURNING id, note, note LIKE '%x' AS ends_x, '50%' AS pct, :id + 1 AS again, CAST(:note AS text) AS n2"
+            ),
+            {"id": 1, "note": "a x", "unused": "ignored"},
         ).one_or_none(),
         single_statement=True,
         name=ON_DRIVER,
     )
-    assert (row.id, row.note, row.has_x) == (1, "a x", True)
+    assert (row.id, row.note, row.ends_x, row.pct, row.again, row.n2) == (1, "a x", True, "50%", 2, "a x")
     with engine.connect() as conn:  # committed: another connection sees it
         assert conn.execute(text("SELECT count(*) FROM driver_probe")).scalar_one() == 1
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]

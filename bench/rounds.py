@@ -142,7 +142,7 @@ def step_breakdown(rounds: int = 300) -> dict[str, float]:
     timed(round_store, "record_model_call_started", "ledger before the call (1 statement)")
     timed(round_store, "record_model_call_finished", "ledger after the call (1 statement)")
     timed(round_store, "commit_round", "commit (1 statement)")
-    timed(Dispatcher, "round", "publish next round + sent event")
+    timed(Dispatcher, "round", "publish next round")
     ctx = get_context()
     run_id = db.submit(db.scripted(rounds + 10))
     for boundary in range(5):  # warm: pools, prepared statements, the context cache

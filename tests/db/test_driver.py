@@ -25,8 +25,8 @@ def test_a_statement_on_the_driver_commits_by_itself_and_reads_like_a_result(eng
         engine,
         lambda conn: conn.execute(
             text(
-                "INSERT INTO driver_probe VALUES (:id, :note) "
-                "RETURNING id, note, note LIKE '%x' AS ends_x, '50%' AS pct, :id + 1 AS again, CAST(:note AS text) AS n2"
+                "INSERT INTO driver_probe VALUES (:id, :note) RETURNING id, note, "
+                "note LIKE '%x' AS ends_x, '50%' AS pct, :id + 1 AS again, CAST(:note AS text) AS n2"
             ),
             {"id": 1, "note": "a x", "unused": "ignored"},
         ).one_or_none(),

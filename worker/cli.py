@@ -150,7 +150,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"aidawork: existing run: an earlier submit with this idempotency_key stored {submitted.run_id}",
               file=sys.stderr)
     for interrupted in submitted.interrupted:
-        print(f"aidawork: cancelled run {interrupted} (root_policy)", file=sys.stderr)
+        when = "at its next round boundary" if interrupted in submitted.interrupting else "now"
+        print(f"aidawork: cancelling run {interrupted} {when} (root_policy)", file=sys.stderr)
     print(submitted.run_id)
     return EXIT_OK
 

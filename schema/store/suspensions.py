@@ -146,8 +146,9 @@ def _ready_resumes(
 
 
 # Ready to resume takes a slot of the owner's cap again (a suspended run holds none), in
-# the same statement; with none free the run stays suspended, all its inputs there, and
-# the reconciler resumes it once a slot frees (suspended_with_all_inputs).
+# the same statement. With none free the run waits queued, all its inputs there, in its
+# owner's queue by submission order like any queued run: the next slot that frees (or the
+# reconciler) sends it its resume, ahead of the owner's younger runs.
 _READY_SQL = text(
     """
 WITH slot AS (
@@ -160,8 +161,8 @@ WITH slot AS (
     SELECT 1 FROM owners AS o JOIN runs AS r ON r.owner = o.owner WHERE r.id = :id)) AS ok
 ), upd AS (
   UPDATE runs SET event_seq = event_seq + 1, updated_at = now(),
-    status = CASE WHEN (SELECT ok FROM go) THEN 'running' ELSE status END,
-    dispatched_at = CASE WHEN (SELECT ok FROM go) THEN now() ELSE dispatched_at END
+    status = CASE WHEN (SELECT ok FROM go) THEN 'running' WHEN :ready THEN 'queued' ELSE status END,
+    dispatched_at = CASE WHEN :ready THEN now() ELSE dispatched_at END
   WHERE id = :id RETURNING event_seq, (SELECT ok FROM go) AS resumed
 ), ev AS (
   INSERT INTO run_events (run_id, seq, kind, data)

@@ -15,12 +15,12 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
-from schema.store import budgets, claims, effects, leases, rebuilds, rounds, routes, runs, suspensions
+from schema.store import budgets, claims, effects, leases, rebuilds, resumes, rounds, routes, runs, suspensions
 from schema.store.claims import ClaimRefusal
 from schema.store.effects import ExecutionRecord
 from schema.store.leases import Due
 from schema.store.rebuilds import PlanReservation, Reservation, VerifyPrefix
-from schema.store.suspensions import SuspensionMaterial
+from schema.store.resumes import SuspensionMaterial
 from schema.wire import OriginalToolRoundResume
 from schema.wire.claim import Claim, LoadedMessage
 from schema.wire.rebuild import RebuildCandidate, SourceMessage
@@ -149,7 +149,7 @@ class Store:
         return suspensions.resume_if_ready(self.engine, run_id)
 
     def load_suspension(self, invocation_id: str) -> SuspensionMaterial | None:
-        return suspensions.load_suspension(self.engine, invocation_id)
+        return resumes.load_suspension(self.engine, invocation_id)
 
     # --- context rebuilds -----------------------------------------------------------------
 

@@ -160,6 +160,7 @@ def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> Orche
     for spec in turn_config.client_tools:
         tools[spec.name] = client_tool(spec)
     specs = tuple(tool.spec() for tool in tools.values())
+    output_tokens = max_output_tokens(turn_config.model)
     return OrchestratorDeps(
         model=factory(turn_config.model, owner),
         tools=tools,
@@ -171,6 +172,6 @@ def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> Orche
         proofs=runtime.base.proofs,
         provider=turn_config.model.provider,
         model_name=str(getattr(turn_config.model, "name", turn_config.model.provider)),
-        call_limit=call_limit_key(turn_config.model.provider, turn_config.model),
-        max_output_tokens=max_output_tokens(turn_config.model),
+        call_limit=call_limit_key(turn_config.model.provider, turn_config.model, output_tokens),
+        max_output_tokens=output_tokens,
     )

@@ -146,6 +146,16 @@ runs = Table(
         postgresql_where=text("status IN ('completed', 'failed', 'cancelled')"),
     ),
     Index("ix_runs_budget_waits", "owner", postgresql_where=text("budget_wait IS NOT NULL")),
+    # An owner's live runs: its cap's queue in submission order, and the counter's recount
+    # (schema.store.limits).
+    Index(
+        "ix_runs_owner_live",
+        "owner",
+        "status",
+        "created_at",
+        "id",
+        postgresql_where=text("status IN ('queued', 'running')"),
+    ),
 )
 
 # Every worker process, registered when it starts, with the time of its last heartbeat

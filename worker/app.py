@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -54,6 +55,7 @@ import structlog
 from celery import Celery
 
 from runtime.shares import broker_priority, queue_index
+from schema.store.leases import Due
 from schema.store.store import Store
 from schema.wire import OriginalToolRoundResume
 from schema.wire.route import MAX_PRIORITY, Route
@@ -217,3 +219,20 @@ def send_or_defer(store: Store, run_id: UUID, send: Callable[[], None]) -> bool:
         log.warning("dispatch_deferred", run_id=str(run_id), error=type(exc).__name__)
         store.dispatch_failed(run_id)
         return False
+
+
+def send_due(store: Store, dispatch: Dispatcher, due: Due) -> None:
+    """Send a run the task it is due: the resume of its suspended round whose inputs have
+    all arrived, or the round at its boundary."""
+    resumes = store.pending_resumes(due.run_id) if due.resume else []
+    if resumes:
+        send_or_defer(store, due.run_id, partial(dispatch.resume, resumes, due.route))
+    else:
+        send_or_defer(store, due.run_id, partial(dispatch.round, due.run_id, due.boundary_seq, due.route))
+
+
+def send_next_runs(store: Store, dispatch: Dispatcher, run_ids: Sequence[UUID], owner: str | None = None) -> None:
+    """Send each queued run a statement named as the next to start (its Root's turn came,
+    or a slot of its owner's cap freed); each one's claim decides whether it may."""
+    for run_id in run_ids:
+        send_due(store, dispatch, store.due_of(run_id, owner))

@@ -3,6 +3,8 @@ a refused reservation means for the round, and parking a run for its owner's bud
 
 from __future__ import annotations
 
+from uuid import UUID
+
 import structlog
 
 from runtime.budget import BudgetShortfall, BudgetWaitRequired, OwnerBudgetExceeded
@@ -31,12 +33,13 @@ def refusal_error(refused: BudgetRefused) -> OwnerBudgetExceeded | BudgetWaitReq
 
 def park_for_budget(
     ctx: WorkerContext, claim: Claim, wait: BudgetWaitRequired, observation: RoundObservation
-) -> None:
+) -> tuple[UUID, ...]:
     """Suspend the run until its owner's budget can take the call (nothing of the round is
     stored: it starts over when woken, re-dispatched by beat or ``budget_changed``). A
     lost fence raises ``FenceLost``, as for any fenced write."""
-    ctx.store.park_for_budget(claim.run_id, claim.fence, claim.boundary_seq, wait.shortfall.to_json())
+    next_runs = ctx.store.park_for_budget(claim.run_id, claim.fence, claim.boundary_seq, wait.shortfall.to_json())
     ctx.runtime.contexts.discard(claim.run_id)  # it may resume on any worker, much later
     observation.ended(BUDGET_WAIT)
     log.info("run_parked", reason="owner_budget", window_ends_at=wait.shortfall.window_ends_at.isoformat(),
              estimate=wait.shortfall.estimate)
+    return next_runs

@@ -38,7 +38,7 @@ from schema.store.suspensions import Answer, Receipt, WaitingCall
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
 from schema.wire.owners import OwnerLimits, OwnerLimitsChange, check_owner_name
 from schema.wire.vocab import ToolAnswerKind
-from worker.app import send_or_defer
+from worker.app import send_next_runs, send_or_defer
 from worker.client_context import ClientContext, get_client_context, send_woken
 from worker.deltas import DeltaOrder, DeltaSubscription, RunDelta, ends_stream_of
 from worker.observability.tracing import process_tracing, traceparent
@@ -112,9 +112,8 @@ def status(run_id: UUID, *, owner: str | None = None, ctx: ClientContext | None 
 
 def cancel(run_id: UUID, *, ctx: ClientContext | None = None) -> bool:
     ctx = ctx or get_client_context()
-    cancelled, next_run_id = run_store.cancel_run(ctx.engine, run_id)
-    if next_run_id is not None:
-        ctx.dispatch.round(next_run_id, 0, ctx.store.route_of(next_run_id))
+    cancelled, next_runs = run_store.cancel_run(ctx.engine, run_id)
+    send_next_runs(ctx.store, ctx.dispatch, next_runs)
     return cancelled
 
 

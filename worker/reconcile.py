@@ -11,8 +11,9 @@ over to an empty replica) is noticed on the next pass: the epoch key this module
 the broker's Redis is gone. That pass re-sends every ready run at once instead of after
 the dispatch grace (a duplicate of a message that did survive is dropped at its claim).
 
-Each pass also forgets the registry rows of workers silent for a day
-(``schema.store.workers``).
+Each pass also recounts an owner's running-runs counter (its concurrency cap) that has
+drifted from its running runs (``schema.store.limits``), and forgets the registry rows of
+workers silent for a day (``schema.store.workers``).
 
 The passes run in the beat process itself, on its timer, not as Celery tasks: a tick is
 no task message, so Flower's task list shows rounds only, and a pass never waits for a
@@ -32,9 +33,10 @@ import structlog
 
 from schema.store.budgets import release_dead_reservations, wake_budget_waits
 from schema.store.leases import due_for_dispatch
-from schema.store.suspensions import pending_resumes, resume_if_ready, suspended_with_all_inputs
+from schema.store.limits import repair_running_counters
+from schema.store.suspensions import resume_if_ready, suspended_with_all_inputs
 from schema.store.workers import forget_old_workers
-from worker.app import send_or_defer
+from worker.app import send_due, send_or_defer
 from worker.client_context import ClientContext, send_woken
 
 log = structlog.get_logger("aidawork.reconcile")
@@ -58,19 +60,17 @@ def reconcile(ctx: ClientContext) -> int:
         log.warning("broker_reset_detected", detail="queued messages may be lost: every ready run is re-sent now")
         grace_s = 0.0
     due = due_for_dispatch(ctx.engine, grace_s=grace_s)
-    for run_id, boundary_seq, resume, route in due:
-        resumes = pending_resumes(ctx.engine, run_id) if resume else []
-        if resumes:
-            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes, route))
-        else:
-            send_or_defer(ctx.store, run_id, partial(ctx.dispatch.round, run_id, boundary_seq, route))
-        log.info("run_redispatched", run_id=str(run_id), boundary_seq=boundary_seq, resume=resume)
+    for one in due:
+        send_due(ctx.store, ctx.dispatch, one)
+        log.info("run_redispatched", run_id=str(one.run_id), boundary_seq=one.boundary_seq, resume=one.resume)
     for run_id in suspended_with_all_inputs(ctx.engine):
         resumes = resume_if_ready(ctx.engine, run_id)
         if resumes:
             send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes, ctx.store.route_of(run_id)))
             log.info("run_redispatched", run_id=str(run_id), resume=True)
     _budget_pass(ctx)
+    for owner, (was, now) in repair_running_counters(ctx.engine).items():
+        log.warning("owner_counter_repaired", owner=owner, running_was=was, running=now)
     forget_old_workers(ctx.engine)
     return len(due)
 

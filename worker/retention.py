@@ -17,7 +17,7 @@ from typing import cast
 import structlog
 from sqlalchemy import Engine
 
-from schema.store.retention import Cursor, Pruned, database_cutoff, plan_prune, prune_batch
+from schema.store.retention import SPEND_TABLE, Cursor, Pruned, database_cutoff, plan_prune, prune_batch, prune_spend
 
 log = structlog.get_logger("aidawork.retention")
 SECONDS_PER_DAY = 86_400
@@ -85,7 +85,10 @@ def prune(engine: Engine, *, older_than_days: float, batch_runs: int, dry_run: b
             log.info("runs_pruned", source=source, runs=batch.pruned.runs, roots=batch.pruned.roots,
                      rows={t: n for t, n in batch.pruned.rows.items() if n}, cutoff=cutoff.isoformat())
         if batch.scanned < batch_runs:
-            return PruneReport(cutoff, older_than_days, False, total, batches)
+            spend = prune_spend(engine, cutoff=cutoff)
+            if spend.rows[SPEND_TABLE]:
+                log.info("spend_windows_pruned", source=source, rows=spend.rows[SPEND_TABLE], cutoff=cutoff.isoformat())
+            return PruneReport(cutoff, older_than_days, False, total + spend, batches)
         if stop is not None and stop.is_set():  # beat is stopping: the rest waits for its next start
             return PruneReport(cutoff, older_than_days, False, total, batches)
         # A full batch scanned runs after the cursor, so this moves it on.

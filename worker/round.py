@@ -38,14 +38,14 @@ from runtime.record import round_record
 from runtime.state import RunState
 from runtime.tools import PriorExecution, ToolContext, ToolOutcome, ToolsetUnavailable
 from schema.store.budgets import BudgetRefused
-from schema.store.claims import OWNER_AT_CAPACITY
+from schema.store.claims import INTERRUPT_PENDING, OWNER_AT_CAPACITY
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
-from schema.wire.record import RoundRecord
+from schema.wire.record import Committed, RoundRecord
 from schema.wire.vocab import ToolStatus
 from worker import failpoints
-from worker.app import send_or_defer
+from worker.app import send_next_runs, send_or_defer
 from worker.bootstrap import WorkerContext
 from worker.budget import park_for_budget, refusal_error
 from worker.deltas import FLUSH_S, MODEL_STREAM_RESTARTED, RunDelta
@@ -212,10 +212,19 @@ def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, re
     """A refused claim of a run that has not ended is worth a warning: the run may be
     waiting for a lease to expire or for the reconciler."""
     refusal = ctx.store.explain_refused_claim(run_id, boundary_seq, resume=resume)
-    # A run waiting for a slot of its owner's cap is normal, not a warning.
-    emit = log.info if refusal.finished or refusal.reason == OWNER_AT_CAPACITY else log.warning
-    emit("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
+    # A run waiting for a slot of its owner's cap, or to be ended by its interrupt, is
+    # normal, not a warning.
+    normal = refusal.finished or refusal.reason in (OWNER_AT_CAPACITY, INTERRUPT_PENDING)
+    (log.info if normal else log.warning)("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
     ctx.observe.claim_refused(refusal.reason)
+    if refusal.reason == INTERRUPT_PENDING and refusal.run is not None:
+        # Its last claim ended without a commit (its holder died or gave it back): the run
+        # is at its boundary, where the interrupt ends it.
+        ended, next_runs = ctx.store.end_interrupted_run(run_id, refusal.run["claim_fence"])
+        if ended:
+            ctx.runtime.contexts.discard(run_id)
+            log.info("run_interrupted", at_boundary=boundary_seq)
+        send_next_runs(ctx.store, ctx.dispatch, next_runs)
 
 
 RoundStep = Callable[[OrchestratorDeps, RunState, RoundHooks], RoundResult]
@@ -284,13 +293,13 @@ def run_claimed(
                 state = rebuild_context(ctx, claim, state, deps, hooks)
                 result = step(deps, state, hooks)
         observation.commit_started()
-        next_run_id = ctx.store.commit_round(record_of(ctx, claim, result))
+        committed = ctx.store.commit_round(record_of(ctx, claim, result))
     except (RebuildExhausted, RebuildSourceChanged, RebuildPredecessorMismatch, ToolCallIdReused) as exc:
         return _fail_run(ctx, claim, exc.code, exc.message, observation)
     except OwnerBudgetExceeded as exc:  # a rebuild's summary call (the round's own call ends in the loop)
         return _fail_run(ctx, claim, exc.code, exc.message, observation)
     except BudgetWaitRequired as wait:
-        park_for_budget(ctx, claim, wait, observation)
+        send_next_runs(ctx.store, ctx.dispatch, park_for_budget(ctx, claim, wait, observation), claim.owner)
         return RoundDisposition.PARKED
     except BaseException as exc:
         observation.ended(GIVEN_BACK, lease_lost=isinstance(exc, FenceLost), error=type(exc).__name__)
@@ -310,7 +319,7 @@ def run_claimed(
         raise
 
     observation.committed(result.outcome.kind)
-    return _after_commit(ctx, claim, state, result, next_run_id)
+    return _after_commit(ctx, claim, state, result, committed)
 
 
 def _deps(state: RunState) -> OrchestratorDeps:
@@ -319,32 +328,33 @@ def _deps(state: RunState) -> OrchestratorDeps:
 
 
 def _after_commit(
-    ctx: WorkerContext, claim: Claim, state: RunState, result: RoundResult, next_run_id: UUID | None
+    ctx: WorkerContext, claim: Claim, state: RunState, result: RoundResult, committed: Committed
 ) -> RoundDisposition:
     """Cache the new context, then (only now) enqueue what comes next."""
     outcome = result.outcome
-    if isinstance(outcome, (Continue, Suspend)) and result.new_messages:
+    goes_on = isinstance(outcome, (Continue, Suspend)) and not committed.interrupted
+    if goes_on and result.new_messages:
         new = tuple(m.context for m in result.new_messages)
         last = result.new_messages[-1]
         ctx.runtime.contexts.put(state.extended(new, last.position, last.chain_digest))
-    elif not isinstance(outcome, (Continue, Suspend)):
+    elif not goes_on:
         ctx.runtime.contexts.discard(claim.run_id)
     log.info("round_committed", outcome=outcome.kind, messages=len(result.new_messages), resumed=result.resumed)
+    if committed.interrupted:
+        log.info("run_interrupted", at_boundary=claim.boundary_seq + (0 if isinstance(outcome, Suspend) else 1))
     failpoints.hit("after_commit", owner=claim.owner)
 
-    if isinstance(outcome, Continue):
+    if isinstance(outcome, Continue) and not committed.interrupted:
         send_or_defer(
             ctx.store, claim.run_id, lambda: ctx.dispatch.round(claim.run_id, claim.boundary_seq + 1, claim.route)
         )
-    elif isinstance(outcome, Suspend):
+    elif isinstance(outcome, Suspend) and not committed.interrupted:
         resumes = ctx.store.resume_if_ready(claim.run_id)
         if resumes:
             send_or_defer(ctx.store, claim.run_id, lambda: ctx.dispatch.resume(resumes, claim.route))
-    if next_run_id is not None and not isinstance(outcome, Continue):
-        # The run's end handed its Root's turn on, or its end or suspension gave back a slot
-        # of its owner's cap: that run starts (its route read once per such event).
-        route = ctx.store.route_of(next_run_id, claim.owner)
-        send_or_defer(ctx.store, next_run_id, lambda: ctx.dispatch.round(next_run_id, 0, route))
+    # The run's end handed its Root's turn on, or its end or suspension gave back a slot
+    # of its owner's cap: those runs start.
+    send_next_runs(ctx.store, ctx.dispatch, committed.next_runs, claim.owner)
     failpoints.hit("after_enqueue", owner=claim.owner)
     return RoundDisposition.COMMITTED
 
@@ -412,11 +422,10 @@ def _fail_run(
     ctx: WorkerContext, claim: Claim, code: str, message: str, observation: RoundObservation
 ) -> RoundDisposition:
     observation.ended(RUN_FAILED, error=code)
-    next_run_id = ctx.store.fail_claimed_run(claim.run_id, claim.fence, code, message)
+    next_runs = ctx.store.fail_claimed_run(claim.run_id, claim.fence, code, message)
     ctx.runtime.contexts.discard(claim.run_id)
     log.warning("run_failed", error_code=code, error_message=message)
-    if next_run_id is not None:
-        ctx.dispatch.round(next_run_id, 0, ctx.store.route_of(next_run_id, claim.owner))
+    send_next_runs(ctx.store, ctx.dispatch, next_runs, claim.owner)
     return RoundDisposition.RUN_FAILED
 
 

@@ -30,25 +30,18 @@ class CallLimitKey:
     provider: str
     api_key_ref: str | None  # None: the call sends no key (a local server)
     model: str
-    max_output_tokens: int  # 0: the config sets no output limit
+    max_output_tokens: int  # the output part of a call's estimate (runtime.budget)
 
 
-def call_limit_key(provider: str, config: Any) -> CallLimitKey | None:
+def call_limit_key(provider: str, config: Any, max_output_tokens: int) -> CallLimitKey | None:
     """The limit key of a run's model calls, or None when its provider has no configured
-    key at all (the scripted model; a plugin provider whose config has no ``api_key_ref``)."""
+    key at all (the scripted model; a plugin provider whose config has no ``api_key_ref``).
+    ``max_output_tokens``: the output part of each call's estimate, the one its budget
+    reservation uses (``runtime.budget.max_output_tokens``)."""
     if not hasattr(config, "api_key_ref") or not isinstance(getattr(config, "name", None), str):
         return None
     ref = config.api_key_ref
-    return CallLimitKey(provider, ref if isinstance(ref, str) else None, config.name, _output_limit(config))
-
-
-def _output_limit(config: Any) -> int:
-    output_limit = getattr(config, "output_limit", None)
-    if callable(output_limit):  # OpenAI: max_completion_tokens or max_tokens, either may be unset
-        limit = output_limit()
-        return int(limit[1]) if limit is not None else 0
-    value = getattr(config, "max_tokens", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    return CallLimitKey(provider, ref if isinstance(ref, str) else None, config.name, max_output_tokens)
 
 
 # --- the provider's 429s, reported to the caller ------------------------------------------

@@ -38,7 +38,9 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
+from schema.store.doubletext import boundary_end_sql, interrupted_event_sql
 from schema.store.errors import FenceLost
+from schema.store.limits import next_runs, next_runs_sql
 from schema.store.tx import run_transaction
 from schema.wire import EventKind, WaitingFor
 
@@ -175,29 +177,42 @@ def release_dead_reservations(engine: Engine, *, limit: int = 500) -> int:
 
 # --- parking a run, and waking it ---------------------------------------------------------
 
+_PARKED = boundary_end_sql("'suspended'", "false", "error_code", "error_message")
+
 _PARK_SQL = text(
-    """
+    f"""
 WITH upd AS (
-  UPDATE runs SET status = 'suspended', lease_expires_at = NULL, execution_fence = NULL, round_attempts = 0,
-    round_claims = 0, round_holders = CAST(ARRAY[] AS uuid[]), budget_wait = CAST(:wait AS jsonb),
-    event_seq = event_seq + 1, updated_at = now()
+  UPDATE runs SET status = {_PARKED["status"]}, lease_expires_at = NULL, execution_fence = NULL, round_attempts = 0,
+    round_claims = 0, round_holders = CAST(ARRAY[] AS uuid[]),
+    budget_wait = CASE WHEN {_PARKED["interrupted"]} THEN NULL ELSE CAST(:wait AS jsonb) END,
+    error_code = {_PARKED["error_code"]}, error_message = {_PARKED["error_message"]},
+    finished_at = {_PARKED["finished_at"]}, event_seq = event_seq + 1, updated_at = now()
   WHERE id = :run_id AND claim_fence = :fence AND boundary_seq = :boundary_seq AND status = 'running'
-  RETURNING id, owner, event_seq
+  RETURNING id, root_id, root_seq, owner, event_seq, error_message, {_PARKED["interrupted"]} AS interrupted
 ), freed AS (
-  -- A parked run holds no slot of its owner's cap (the reconciler starts the next queued
-  -- run in it); its wake makes it queued again, to take a slot at its claim.
+  -- A parked run holds no slot of its owner's cap (the owner's next queued run starts in
+  -- it); its wake makes it queued again, to take a slot at its claim.
   UPDATE owners SET running = owners.running - 1 FROM upd WHERE owners.owner = upd.owner
+  RETURNING owners.owner, owners.max_running, owners.running
+), parked_event AS (
+  INSERT INTO run_events (run_id, seq, kind, data)
+  SELECT upd.id, upd.event_seq, :kind, CAST(:event AS jsonb) FROM upd WHERE NOT upd.interrupted
+), interrupted_event AS ({interrupted_event_sql("upd")}
 )
-INSERT INTO run_events (run_id, seq, kind, data)
-SELECT upd.id, upd.event_seq, :kind, CAST(:event AS jsonb) FROM upd
-RETURNING run_id
+-- A pending interrupt ends the run here instead of parking it (``schema.store.doubletext``).
+SELECT upd.id, upd.interrupted, {next_runs_sql("freed", "upd", "upd.interrupted")}
+FROM upd
 """
 )
 
 
-def park_for_budget(engine: Engine, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]) -> None:
+def park_for_budget(
+    engine: Engine, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]
+) -> tuple[UUID, ...]:
     """Suspend the claimed run waiting for its owner's budget (``wait``: the shortfall's
-    window and amounts), storing nothing for the round; fenced (``FenceLost``)."""
+    window and amounts), storing nothing for the round; fenced (``FenceLost``). A run
+    whose interrupt is pending ends here instead, cancelled. Returns the queued runs to
+    send (the owner's next in the slot given back; the Root's next, if it ended)."""
     params = {
         "run_id": run_id,
         "fence": fence,
@@ -208,12 +223,13 @@ def park_for_budget(engine: Engine, run_id: UUID, fence: int, boundary_seq: int,
     }
     parked = run_transaction(
         engine,
-        lambda conn: conn.execute(_PARK_SQL, params).scalar_one_or_none(),
+        lambda conn: conn.execute(_PARK_SQL, params).one_or_none(),
         name="park_for_budget",
         single_statement=True,
     )
     if parked is None:
         raise FenceLost(run_id, fence)
+    return next_runs(parked)
 
 
 # A parked run may go on when its owner has no budget now, the window it waited in has

@@ -73,6 +73,9 @@ WITH recorded AS ({recorded}
     AND status IN ('queued', 'running')
     AND (lease_expires_at IS NULL OR lease_expires_at < now() OR claim_fence = :held_fence)
     AND NOT {earlier_active_sql("runs")}
+    -- An interrupt is pending: the run ends at this boundary instead (the worker whose
+    -- claim this refuses ends it, ``schema.store.runs.end_interrupted_run``).
+    AND interrupted_by IS NULL
     AND coalesce((SELECT free FROM slot), true)
     -- Submission order: a queued run of a capped owner starts only while it is among the
     -- oldest as many startable queued runs as there are free slots (read in one snapshot,
@@ -256,7 +259,7 @@ def load_messages(engine: Engine, root_id: UUID, from_position: int) -> tuple[Lo
 _DESCRIBE_SQL = text(
     f"""
 SELECT r.status, r.boundary_seq, r.claim_fence, coalesce(r.lease_expires_at > now(), false) AS leased,
-  {earlier_active_sql("r")} AS earlier_active,
+  {earlier_active_sql("r")} AS earlier_active, r.interrupted_by IS NOT NULL AS interrupt_pending,
   r.status = 'queued' AND {at_capacity_sql("r")} AS at_capacity, {waits_for_slot_sql("r")} AS waits_for_slot,
   EXISTS (SELECT 1 FROM rounds AS s WHERE s.run_id = r.id AND s.boundary_seq = r.boundary_seq) AS round_stored
 FROM runs AS r WHERE r.id = :run_id
@@ -267,6 +270,9 @@ FROM runs AS r WHERE r.id = :run_id
 # A claim refused because every slot of the owner's cap is held: normal, the run waits
 # queued and a slot that frees starts it.
 OWNER_AT_CAPACITY = "owner_at_capacity"
+# A claim refused because an ``interrupt`` submit asked the run to end at its next round
+# boundary, and this is one: the refused worker ends it (normal, not a warning).
+INTERRUPT_PENDING = "interrupt_pending"
 
 
 @dataclass(frozen=True)
@@ -289,6 +295,7 @@ def explain_refused_claim(engine: Engine, run_id: UUID, boundary_seq: int, *, re
     if RunStatus(row.status).terminal:
         return ClaimRefusal(True, "run_ended", run)
     checks = [
+        (row.interrupt_pending and not row.leased, INTERRUPT_PENDING),
         (row.boundary_seq != boundary_seq, "run_at_another_boundary"),
         (row.status == RunStatus.SUSPENDED, "run_suspended"),
         (row.leased, "leased_by_live_holder"),

@@ -12,7 +12,7 @@ enough: a suspended round's commit keeps the boundary, and a release keeps every
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
@@ -132,6 +132,12 @@ MAX_BACKOFF_S = 3600.0
 # backoff from when its lease ran out or was given back: 0, 1, 3, 7 ... times grace_s. A
 # burst of worker deaths then spreads a healthy round's attempts out in time instead of
 # spending them all at once; the first retry after a crash is as prompt as ever.
+# What a sender needs to send a run's next task: its boundary, whether the round stored
+# there is a suspended one to resume, and its route.
+_DUE_COLUMNS = f"""runs.id, runs.boundary_seq,
+  EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq) AS resume,
+  runs.owner, runs.priority, {weight_sql("runs")} AS weight"""
+
 RECONCILE_SQL = text(
     f"""
 WITH due AS (
@@ -149,9 +155,7 @@ WITH due AS (
   FOR UPDATE SKIP LOCKED
 )
 UPDATE runs SET dispatched_at = now() FROM due WHERE runs.id = due.id
-RETURNING runs.id, runs.boundary_seq,
-  EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq) AS resume,
-  runs.owner, runs.priority, {weight_sql("runs")} AS weight
+RETURNING {_DUE_COLUMNS}
 """
 )
 
@@ -163,9 +167,26 @@ class Due(NamedTuple):
     route: Route  # a re-send routes as the first send did (runtime.shares)
 
 
+def _due(row: Any) -> Due:
+    return Due(row.id, row.boundary_seq, row.resume, Route(row.owner, row.weight, row.priority))
+
+
 def due_for_dispatch_txn(conn: Connection, *, grace_s: float, limit: int = 500) -> list[Due]:
     result = conn.execute(RECONCILE_SQL, {"grace_s": grace_s, "limit": limit, "max_backoff_s": MAX_BACKOFF_S})
-    return [Due(r.id, r.boundary_seq, r.resume, Route(r.owner, r.weight, r.priority)) for r in result]
+    return [_due(r) for r in result]
+
+
+_DUE_OF_SQL = text(f"SELECT {_DUE_COLUMNS} FROM runs WHERE runs.id = :run_id")
+
+
+def due_of(engine: Engine, run_id: UUID, owner: str | None = None) -> Due:
+    """What to send a run that a statement named as the next to start (a Root's next, an
+    owner's next in a freed slot): a round at its boundary, or the resume of its suspended
+    round (a run that got its inputs while its owner's cap was full waits queued). A run
+    that is gone routes by ``owner`` (its claim drops the message)."""
+    with engine.connect() as conn:
+        row = conn.execute(_DUE_OF_SQL, {"run_id": run_id}).one_or_none()
+    return Due(run_id, 0, False, Route(owner or "")) if row is None else _due(row)
 
 
 def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> list[Due]:

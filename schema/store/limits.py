@@ -12,11 +12,13 @@ its statements write no counter.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
-from schema.store.roots import earlier_active_sql
+from schema.store.roots import earlier_active_sql, next_in_root_sql
 from schema.store.tx import run_transaction
 from schema.wire.owners import OwnerLimits, OwnerLimitsChange, OwnerLimitsInvalid
 
@@ -46,6 +48,22 @@ def next_of_owner_sql(owner: str, free: str) -> str:
      WHERE {free} > 0 AND q.owner = {owner} AND q.status = 'queued' AND NOT {earlier_active_sql("q")}
      ORDER BY q.created_at, q.id OFFSET greatest({free} - 1, 0) LIMIT 1
      FOR UPDATE OF q SKIP LOCKED)"""
+
+
+def next_runs_sql(freed: str, upd: str, ended: str) -> str:
+    """The two columns of a statement that gives a run's slot back (CTE ``freed``, the
+    owner row it updated) or ends it (``ended``; ``upd``: the run row) naming the queued
+    runs to send: ``owner_next``, the owner's next one for the freed slot, and
+    ``root_next``, the Root's next run, whose turn it now is. Both are sent
+    (``next_runs``): each one's claim decides, under the locks, whether it may start."""
+    return f"""(SELECT {next_of_owner_sql(f"{freed}.owner", f"{freed}.max_running - {freed}.running")} FROM {freed})
+      AS owner_next,
+    CASE WHEN {ended} THEN {next_in_root_sql(upd)} END AS root_next"""
+
+
+def next_runs(row: Any) -> tuple[UUID, ...]:
+    """The distinct runs a ``next_runs_sql`` row names, the owner's first."""
+    return tuple(dict.fromkeys(r for r in (row.owner_next, row.root_next) if r is not None))
 
 
 def waits_for_slot_sql(alias: str) -> str:
@@ -125,7 +143,9 @@ def set_owner_limits(engine: Engine, owner: str, change: OwnerLimitsChange) -> O
     """Upsert ``owner``'s limits: only the fields ``change`` names change. Raises
     ``OwnerLimitsInvalid`` (nothing stored) for a budget without a window."""
     # The row is created (and committed) first, on its own: a claim that starts after
-    # that sees it and takes the owner row's lock, so the count below cannot miss it.
+    # that sees it and takes the owner row's lock, so the count below cannot miss it. (A
+    # claim whose statement began before the row existed writes no counter: the
+    # reconciler's recount, ``repair_running_counters``, heals that within a pass.)
     run_transaction(engine, lambda conn: conn.execute(_CREATE_SQL, {"owner": owner}), name="owner_created")
     try:
         limits = run_transaction(engine, lambda conn: set_owner_limits_txn(conn, owner, change), name="owner_set")
@@ -148,6 +168,45 @@ def _forget_if_bare(engine: Engine, owner: str) -> None:
         ),
         name="owner_forgotten",
     )
+
+
+# Every statement moves a run and its owner's counter together, so one snapshot always
+# shows them equal; an owner whose counter disagrees with its running runs in a snapshot
+# has really drifted (a claim that began before the owner's row existed, an operator's
+# hand edit).
+_DRIFTED_SQL = text(
+    """
+SELECT o.owner FROM owners AS o
+WHERE o.running <> (SELECT count(*) FROM runs AS r WHERE r.owner = o.owner AND r.status = 'running')
+ORDER BY o.owner LIMIT :limit
+"""
+)
+
+
+def _recount_txn(conn: Connection, *, owner: str) -> tuple[int, int] | None:
+    stored = conn.execute(_LOCK_SQL, {"owner": owner}).one_or_none()
+    if stored is None:
+        return None
+    was = conn.execute(text("SELECT running FROM owners WHERE owner = :owner"), {"owner": owner}).scalar_one()
+    running = conn.execute(_RECOUNT_SQL, {"owner": owner}).scalar_one()
+    if running != was:
+        conn.execute(text("UPDATE owners SET running = :running WHERE owner = :owner"),
+                     {"owner": owner, "running": running})
+    return int(was), int(running)
+
+
+def repair_running_counters(engine: Engine, *, limit: int = 100) -> dict[str, tuple[int, int]]:
+    """Recount, under the same locks as ``owner set``, the counter of every owner whose
+    counter differs from its running runs; returns ``{owner: (was, now)}`` for each one
+    repaired. Run by the reconciler, so a drifted counter heals within a pass."""
+    with engine.connect() as conn:
+        drifted = [row.owner for row in conn.execute(_DRIFTED_SQL, {"limit": limit})]
+    repaired = {}
+    for owner in drifted:
+        counts = run_transaction(engine, partial(_recount_txn, owner=owner), name="owner_recount")
+        if counts is not None and counts[0] != counts[1]:
+            repaired[owner] = counts
+    return repaired
 
 
 def get_owner_limits(engine: Engine, owner: str) -> OwnerLimits:

@@ -39,6 +39,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
+from schema.store.budgets import BUDGET_WINDOWS_S
 from schema.store.tx import run_transaction
 
 ENDED = "('completed', 'failed', 'cancelled')"
@@ -67,6 +68,18 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("roots", "id = ANY(:roots)"),
 )
 TABLES = tuple(table for table, _ in ROWS)
+
+# An owner's spend per budget window (schema.store.budgets) belongs to no run: a window's
+# row is history, and goes with a pass, once even the longest window starting then ended
+# before the cutoff, with nothing reserved in it any more.
+SPEND_TABLE = "owner_spend"
+_SPEND_EXPIRED = (
+    f"window_start + make_interval(secs => {max(BUDGET_WINDOWS_S.values())}) < :cutoff AND reserved = 0"
+)
+_SPEND_COUNT = text(f"SELECT count(*) FROM {SPEND_TABLE} WHERE {_SPEND_EXPIRED}")
+_SPEND_DELETE = text(f"DELETE FROM {SPEND_TABLE} WHERE {_SPEND_EXPIRED}")
+# What a pass reports, per table.
+REPORTED = (*TABLES, SPEND_TABLE)
 
 # Whether the Root row ``ro`` may go (see the module's rule).
 _PRUNABLE = f"""
@@ -122,13 +135,13 @@ class Pruned:
 
     roots: int = 0
     runs: int = 0
-    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TABLES, 0))
+    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REPORTED, 0))
 
     def __add__(self, other: Pruned) -> Pruned:
         return Pruned(
             roots=self.roots + other.roots,
             runs=self.runs + other.runs,
-            rows={t: self.rows.get(t, 0) + other.rows.get(t, 0) for t in TABLES},
+            rows={t: self.rows.get(t, 0) + other.rows.get(t, 0) for t in REPORTED},
         )
 
 
@@ -152,8 +165,10 @@ def database_cutoff(engine: Engine, older_than_s: float) -> datetime:
 def _rows_of(conn: Connection, roots: list[UUID], runs: list[UUID], *, delete: bool) -> dict[str, int]:
     params = {"roots": roots, "runs": runs}
     if delete:
-        return {table: int(conn.execute(_DELETES[table], params).rowcount) for table in TABLES}
-    return {table: int(conn.execute(_COUNTS[table], params).scalar_one()) for table in TABLES}
+        rows = {table: int(conn.execute(_DELETES[table], params).rowcount) for table in TABLES}
+    else:
+        rows = {table: int(conn.execute(_COUNTS[table], params).scalar_one()) for table in TABLES}
+    return {**rows, SPEND_TABLE: 0}  # spend windows go by their own statement
 
 
 def _group(found: list[tuple[UUID, UUID]]) -> tuple[list[UUID], list[UUID]]:
@@ -208,15 +223,23 @@ def prune_batch(
     )
 
 
+def prune_spend(engine: Engine, *, cutoff: datetime) -> Pruned:
+    """Delete the owners' expired spend windows (``_SPEND_EXPIRED``), in one statement."""
+    deleted = run_transaction(
+        engine, lambda conn: int(conn.execute(_SPEND_DELETE, {"cutoff": cutoff}).rowcount), name="prune_spend",
+        single_statement=True,
+    )
+    return Pruned(rows={**dict.fromkeys(REPORTED, 0), SPEND_TABLE: deleted})
+
+
 def plan_prune(engine: Engine, *, cutoff: datetime) -> Pruned:
     """What a prune with this cutoff would delete now (a dry run), counted with the same
     predicates the DELETEs use, in one snapshot; nothing is locked or changed."""
 
     def plan(conn: Connection) -> Pruned:
         roots, runs = _group([(r.root_id, r.run_id) for r in conn.execute(_ALL_PRUNABLE_RUNS, {"cutoff": cutoff})])
-        if not roots:
-            return Pruned()
-        rows = _rows_of(conn, roots, runs, delete=False)
+        rows = _rows_of(conn, roots, runs, delete=False) if roots else dict.fromkeys(REPORTED, 0)
+        rows[SPEND_TABLE] = int(conn.execute(_SPEND_COUNT, {"cutoff": cutoff}).scalar_one())
         return Pruned(roots=rows["roots"], runs=rows["runs"], rows=rows)
 
     return run_transaction(engine, plan, isolation_level="REPEATABLE READ", name="plan_prune")

@@ -20,34 +20,40 @@ from sqlalchemy.exc import IntegrityError
 from schema import tables
 from schema.store import budgets
 from schema.store.bodies import without_result
+from schema.store.doubletext import boundary_end_sql, interrupted_event_sql
 from schema.store.errors import FenceLost, ToolCallIdReused
-from schema.store.limits import next_of_owner_sql
-from schema.store.roots import next_in_root_sql
+from schema.store.limits import next_runs, next_runs_sql
 from schema.store.tx import run_transaction
 from schema.wire import EventKind
-from schema.wire.record import EventRecord, MessageRecord, RoundRecord, ToolInvocationRecord
+from schema.wire.record import Committed, EventRecord, MessageRecord, RoundRecord, ToolInvocationRecord
+
+_ENDING = boundary_end_sql(":status", ":terminal", ":error_code", ":error_message")
 
 
 def _commit_sql(round_row: str, tool_rows: str) -> TextClause:
     """The one-statement commit; a round inserts its round and tool rows, a resume
-    completes the suspended ones in place."""
+    completes the suspended ones in place. A run whose interrupt is pending ends here,
+    cancelled, after the round (``schema.store.doubletext``): one more event, and the
+    Root's turn handed on."""
     return text(
         f"""
 WITH upd AS (
   UPDATE runs SET
     boundary_seq = boundary_seq + CASE WHEN :status = 'suspended' THEN 0 ELSE 1 END,
-    status = :status, lease_expires_at = NULL, round_attempts = 0, execution_fence = NULL, round_claims = 0,
-    round_holders = CAST(ARRAY[] AS uuid[]),
-    event_seq = event_seq + :n_events, dispatched_at = now(), updated_at = now(),
-    output = :output, error_code = :error_code, error_message = :error_message,
-    finished_at = CASE WHEN :terminal THEN now() END
+    status = {_ENDING["status"]}, lease_expires_at = NULL, round_attempts = 0, execution_fence = NULL,
+    round_claims = 0, round_holders = CAST(ARRAY[] AS uuid[]),
+    event_seq = event_seq + :n_events + CASE WHEN {_ENDING["interrupted"]} THEN 1 ELSE 0 END,
+    dispatched_at = now(), updated_at = now(),
+    output = :output, error_code = {_ENDING["error_code"]}, error_message = {_ENDING["error_message"]},
+    finished_at = {_ENDING["finished_at"]}
   WHERE id = :run_id AND claim_fence = :fence AND boundary_seq = :boundary_seq AND status = 'running'
-  RETURNING id, root_id, root_seq, owner, event_seq - :n_events AS first_event_seq
+  RETURNING id, root_id, root_seq, owner, status, event_seq, error_message, {_ENDING["interrupted"]} AS interrupted,
+    event_seq - :n_events - CASE WHEN {_ENDING["interrupted"]} THEN 1 ELSE 0 END AS first_event_seq
 ), freed AS (
   -- A run that stops running (suspends or ends) gives its owner's slot back in the same
   -- statement; an owner without a row has no counter to write.
   UPDATE owners SET running = owners.running - 1 FROM upd
-  WHERE owners.owner = upd.owner AND :status <> 'running'
+  WHERE owners.owner = upd.owner AND upd.status <> 'running'
   RETURNING owners.owner, owners.max_running, owners.running
 ), round_row AS ({round_row}
 ), tool_rows AS ({tool_rows}
@@ -59,16 +65,15 @@ WITH upd AS (
   INSERT INTO run_events (run_id, seq, kind, data)
   SELECT upd.id, upd.first_event_seq + e.ordinality, e.value->>'kind', e.value->'data'
   FROM upd, jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ordinality)
+), interrupted_event AS ({interrupted_event_sql("upd")}
 ), spent_responses AS (
   -- Kept for a round redone before its commit; committed, it lives in the messages.
   UPDATE model_calls SET response = NULL FROM upd
   WHERE model_calls.run_id = upd.id AND model_calls.boundary_seq = :boundary_seq AND model_calls.response IS NOT NULL
 )
--- The run to start next: with a cap, the owner's next queued run (submission order) in
--- the slot this run gave back; otherwise (or when none waits) the Root's next run.
-SELECT upd.id, coalesce(
-    (SELECT {next_of_owner_sql("freed.owner", "freed.max_running - freed.running")} FROM freed),
-    CASE WHEN :terminal THEN {next_in_root_sql("upd")} END) AS next_run_id
+-- The runs to start next: with a cap, the owner's next queued run (submission order) in
+-- the slot this run gave back; when it ended, the Root's next run.
+SELECT upd.id, upd.interrupted, {next_runs_sql("freed", "upd", ":terminal OR upd.interrupted")}
 FROM upd
 """
     )
@@ -136,7 +141,7 @@ def _event_row(event: EventRecord) -> dict[str, Any]:
     return {"kind": str(event.kind), "data": data}
 
 
-def commit_round_txn(conn: Connection, record: RoundRecord) -> UUID | None:
+def commit_round_txn(conn: Connection, record: RoundRecord) -> Committed:
     row = conn.execute(
         COMMIT_RESUME_SQL if record.resumed else COMMIT_ROUND_SQL,
         {
@@ -165,13 +170,14 @@ def commit_round_txn(conn: Connection, record: RoundRecord) -> UUID | None:
     ).one_or_none()
     if row is None:
         raise FenceLost(record.run_id, record.fence)
-    return row.next_run_id  # type: ignore[no-any-return]
+    return Committed(next_runs=next_runs(row), interrupted=row.interrupted)
 
 
-def commit_round(engine: Engine, record: RoundRecord) -> UUID | None:
+def commit_round(engine: Engine, record: RoundRecord) -> Committed:
     """Commit a round under the held fence, or raise ``FenceLost`` having written
-    nothing. Returns the queued run to enqueue: when the run ended, the next one of its
-    Root, and when it gave back a slot of its owner's cap, the owner's next one."""
+    nothing. Returns whether a pending interrupt ended the run here, and the queued runs
+    to send: when the run ended, the next one of its Root, and when it gave back a slot
+    of its owner's cap, the owner's next one."""
     try:
         return run_transaction(
             engine, lambda conn: commit_round_txn(conn, record), name="commit_round", single_statement=True

@@ -13,10 +13,9 @@ from uuid import UUID, uuid4
 from sqlalchemy import Connection, Engine, text
 
 from schema.store.budgets import budget_waiting_for
-from schema.store.doubletext import ROLLED_BACK, cancel_message, runs_to_cancel
+from schema.store.doubletext import ROLLED_BACK, ToCancel, cancel_message, runs_to_cancel
 from schema.store.errors import FenceLost, IdempotencyKeyReused, RootNotFound, RunNotFound
-from schema.store.limits import next_of_owner_sql
-from schema.store.roots import next_in_root_sql
+from schema.store.limits import next_runs, next_runs_sql
 from schema.store.routes import weight_sql
 from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
@@ -36,8 +35,11 @@ class Submitted:
     # The run was stored by an earlier submit with the same idempotency key: nothing new
     # was stored (and nothing is to be sent).
     existing: bool = False
-    # The runs this submit's root_policy (interrupt, rollback) cancelled.
+    # The runs this submit's root_policy (interrupt, rollback) cancelled, or cancels at
+    # their next round boundary: ``interrupting``, those of an interrupt with a round in
+    # flight (they end when that round commits).
     interrupted: tuple[UUID, ...] = ()
+    interrupting: tuple[UUID, ...] = ()
 
 
 class _KeyRaced(Exception):
@@ -122,19 +124,21 @@ def _take_root_turn(conn: Connection, request: RunRequest) -> tuple[UUID, int]:
     return request.root_id, int(seq)
 
 
-def _cancel_for(conn: Connection, policy: RootPolicy, run_ids: tuple[UUID, ...], new_run_id: UUID) -> None:
-    """Cancel the runs ``doubletext.runs_to_cancel`` locked (fence bumped: a round in
-    flight cannot commit); for ``rollback``, drop their messages from the Root."""
+def _cancel_for(conn: Connection, policy: RootPolicy, to_cancel: ToCancel, new_run_id: UUID) -> None:
+    """Cancel the runs ``doubletext.runs_to_cancel`` locked that are at a boundary now
+    (fence bumped: nothing under an older claim can commit), and mark the rest for
+    cancelling at their next boundary; for ``rollback``, drop the cancelled runs'
+    messages from the Root."""
     code, message = cancel_message(policy, new_run_id)
-    for run_id in run_ids:
+    for run_id in to_cancel.now:
         end_run_txn(
             conn, run_id, fence=None, status=RunStatus.CANCELLED, error_code=code, message=message,
             event_kind="run_cancelled",
         )
-    ids = {"new": new_run_id, "ids": list(run_ids)}
+    ids = {"new": new_run_id, "ids": list(to_cancel.all), "now": list(to_cancel.now)}
     conn.execute(text("UPDATE runs SET interrupted_by = :new WHERE id = ANY(:ids)"), ids)
     if policy is RootPolicy.ROLLBACK:
-        conn.execute(text("DELETE FROM messages WHERE run_id = ANY(:ids)"), ids)
+        conn.execute(text("DELETE FROM messages WHERE run_id = ANY(:now)"), ids)
 
 
 def submit_run_txn(
@@ -174,7 +178,7 @@ def submit_run_txn(
     ).one_or_none()
     if inserted is None:
         raise _KeyRaced()
-    if to_cancel:
+    if to_cancel.all:
         _cancel_for(conn, request.root_policy, to_cancel, run_id)
     conn.execute(_CHECKPOINT_SQL, {"id": run_id, "root": root_id, "seq": root_seq, "rolled_back": ROLLED_BACK})
     conn.execute(
@@ -182,7 +186,10 @@ def submit_run_txn(
         {"id": run_id, "data": json.dumps({"root_id": str(root_id), "root_seq": root_seq})},
     )
     route = Route(request.owner, inserted.weight, request.priority)
-    return Submitted(run_id=run_id, root_id=root_id, root_seq=root_seq, route=route, interrupted=to_cancel)
+    return Submitted(
+        run_id=run_id, root_id=root_id, root_seq=root_seq, route=route, interrupted=to_cancel.all,
+        interrupting=to_cancel.at_boundary,
+    )
 
 
 def submit_run(
@@ -257,9 +264,7 @@ WITH target AS (
   INSERT INTO run_events (run_id, seq, kind, data)
   SELECT id, event_seq, :event_kind, CAST(:event_data AS jsonb) FROM upd
 )
-SELECT upd.id, coalesce(
-    (SELECT {next_of_owner_sql("freed.owner", "freed.max_running - freed.running")} FROM freed),
-    {next_in_root_sql("upd")}) AS next_run_id
+SELECT upd.id, {next_runs_sql("freed", "upd", "true")}
 FROM upd
 """
 )
@@ -274,13 +279,17 @@ def end_run_txn(
     error_code: str,
     message: str,
     event_kind: str,
-) -> tuple[bool, UUID | None]:
+    bump_fence: bool | None = None,
+) -> tuple[bool, tuple[UUID, ...]]:
+    """End the run (``fence``: only under that claim; None: whatever holds it). The fence
+    is bumped (by default when no fence is given), so no round under an older claim can
+    commit after it."""
     row = conn.execute(
         _END_RUN_SQL,
         {
             "run_id": run_id,
             "fence": fence,
-            "bump_fence": fence is None,
+            "bump_fence": fence is None if bump_fence is None else bump_fence,
             "status": status.value,
             "error_code": error_code,
             "error_message": message,
@@ -288,7 +297,7 @@ def end_run_txn(
             "event_data": json.dumps({"error_code": error_code, "message": message}),
         },
     ).one_or_none()
-    return (False, None) if row is None else (True, row.next_run_id)
+    return (False, ()) if row is None else (True, next_runs(row))
 
 
 def _end_run(
@@ -300,7 +309,7 @@ def _end_run(
     error_code: str,
     message: str,
     event_kind: str,
-) -> tuple[bool, UUID | None]:
+) -> tuple[bool, tuple[UUID, ...]]:
     return run_transaction(
         engine,
         lambda conn: end_run_txn(
@@ -311,9 +320,9 @@ def _end_run(
     )
 
 
-def fail_claimed_run(engine: Engine, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:
-    """Fail a run the caller holds (fenced). Returns the next queued run of its Root."""
-    ended, next_run_id = _end_run(
+def fail_claimed_run(engine: Engine, run_id: UUID, fence: int, error_code: str, message: str) -> tuple[UUID, ...]:
+    """Fail a run the caller holds (fenced). Returns the queued runs to send (``next_runs``)."""
+    ended, next_run_ids = _end_run(
         engine,
         run_id,
         fence=fence,
@@ -324,12 +333,12 @@ def fail_claimed_run(engine: Engine, run_id: UUID, fence: int, error_code: str, 
     )
     if not ended:
         raise FenceLost(run_id, fence)
-    return next_run_id
+    return next_run_ids
 
 
-def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, UUID | None]:
+def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, tuple[UUID, ...]]:
     """Cancel a run that has not ended. The fence is bumped, so a worker in the middle of
-    a round cannot commit it. Returns (cancelled, next queued run of the Root)."""
+    a round cannot commit it. Returns (cancelled, the queued runs to send)."""
     return _end_run(
         engine,
         run_id,
@@ -339,6 +348,28 @@ def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, UUID | None]:
         message="cancelled by request",
         event_kind="run_cancelled",
     )
+
+
+def end_interrupted_run(engine: Engine, run_id: UUID, fence: int) -> tuple[bool, tuple[UUID, ...]]:
+    """End, cancelled, a run whose interrupt is pending and whose claim ``fence`` left it
+    at a boundary without a commit (its holder died or gave it back; its next claim was
+    refused). The fence is checked and bumped, so a holder of that claim cannot commit
+    after it. Returns (ended, the queued runs to send)."""
+
+    def txn(conn: Connection) -> tuple[bool, tuple[UUID, ...]]:
+        interrupter = conn.execute(
+            text("SELECT interrupted_by FROM runs WHERE id = :id AND claim_fence = :fence FOR UPDATE"),
+            {"id": run_id, "fence": fence},
+        ).scalar_one_or_none()
+        if interrupter is None:
+            return False, ()
+        code, message = cancel_message(RootPolicy.INTERRUPT, interrupter)
+        return end_run_txn(
+            conn, run_id, fence=fence, bump_fence=True, status=RunStatus.CANCELLED, error_code=code,
+            message=message, event_kind="run_cancelled",
+        )
+
+    return run_transaction(engine, txn, name="end_interrupted_run")
 
 
 # --- reading --------------------------------------------------------------------------------

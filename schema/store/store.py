@@ -15,15 +15,16 @@ from uuid import UUID
 
 from sqlalchemy import Engine
 
-from schema.store import budgets, claims, effects, leases, rebuilds, rounds, routes, runs, suspensions
+from schema.store import budgets, claims, effects, leases, rebuilds, resumes, rounds, routes, runs, suspensions
 from schema.store.claims import ClaimRefusal
 from schema.store.effects import ExecutionRecord
+from schema.store.leases import Due
 from schema.store.rebuilds import PlanReservation, Reservation, VerifyPrefix
-from schema.store.suspensions import SuspensionMaterial
+from schema.store.resumes import SuspensionMaterial
 from schema.wire import OriginalToolRoundResume
 from schema.wire.claim import Claim, LoadedMessage
 from schema.wire.rebuild import RebuildCandidate, SourceMessage
-from schema.wire.record import RoundRecord
+from schema.wire.record import Committed, RoundRecord
 from schema.wire.route import Route
 
 
@@ -73,8 +74,8 @@ class Store:
             self.engine, run_id, boundary_seq, attempt, fence, request_digest, estimate_tokens
         )
 
-    def park_for_budget(self, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]) -> None:
-        budgets.park_for_budget(self.engine, run_id, fence, boundary_seq, wait)
+    def park_for_budget(self, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]) -> tuple[UUID, ...]:
+        return budgets.park_for_budget(self.engine, run_id, fence, boundary_seq, wait)
 
     def record_model_call_finished(
         self,
@@ -100,7 +101,7 @@ class Store:
             response=response,
         )
 
-    def commit_round(self, record: RoundRecord) -> UUID | None:
+    def commit_round(self, record: RoundRecord) -> Committed:
         return rounds.commit_round(self.engine, record)
 
     # --- at-most-once tool calls ----------------------------------------------------------
@@ -124,11 +125,20 @@ class Store:
             self.engine, run_id, fence, round_at_fault=round_at_fault, dispatch_after_s=dispatch_after_s
         )
 
-    def fail_claimed_run(self, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:
+    def fail_claimed_run(self, run_id: UUID, fence: int, error_code: str, message: str) -> tuple[UUID, ...]:
         return runs.fail_claimed_run(self.engine, run_id, fence, error_code, message)
+
+    def end_interrupted_run(self, run_id: UUID, fence: int) -> tuple[bool, tuple[UUID, ...]]:
+        return runs.end_interrupted_run(self.engine, run_id, fence)
 
     def route_of(self, run_id: UUID, owner: str | None = None) -> Route:
         return routes.route_of(self.engine, run_id, owner)
+
+    def due_of(self, run_id: UUID, owner: str | None = None) -> Due:
+        return leases.due_of(self.engine, run_id, owner)
+
+    def pending_resumes(self, run_id: UUID) -> list[OriginalToolRoundResume]:
+        return suspensions.pending_resumes(self.engine, run_id)
 
     def dispatch_failed(self, run_id: UUID) -> None:
         leases.dispatch_failed(self.engine, run_id)
@@ -139,7 +149,7 @@ class Store:
         return suspensions.resume_if_ready(self.engine, run_id)
 
     def load_suspension(self, invocation_id: str) -> SuspensionMaterial | None:
-        return suspensions.load_suspension(self.engine, invocation_id)
+        return resumes.load_suspension(self.engine, invocation_id)
 
     # --- context rebuilds -----------------------------------------------------------------
 

@@ -1,10 +1,12 @@
-"""Suspensions: what a suspended round waits for, delivering durable local reads and
-resolving prerequisites, and the material a resume needs.
+"""Suspensions: what a suspended round waits for, delivering durable local reads,
+resolving prerequisites and answering calls, and when the run is ready to resume (the
+material a resume then reads is ``schema.store.resumes``).
 
 A delivery is one transaction that locks the run row: it refuses anything the run is not
 waiting for (and changes nothing), stores the input, and when the last missing input of
-the suspended round has arrived, makes the run ready to resume (``running``) and returns
-the resumes to dispatch after the commit.
+the suspended round has arrived, makes the run ready to resume (``running``, taking a slot
+of its owner's cap) and returns the resumes to dispatch after the commit; with the cap
+full, the run waits ``queued`` for a slot instead (``_READY_SQL``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from schema.store.errors import RunNotFound
 from schema.store.limits import at_capacity_sql
 from schema.store.tx import run_transaction
 from schema.wire import OriginalToolRoundResume, WaitingFor
-from schema.wire.claim import StoredRound
 from schema.wire.errors import AidaworkError
 from schema.wire.vocab import ToolAnswerKind
 
@@ -75,11 +76,11 @@ ORDER BY ti.id
 )
 
 
-def _suspended_calls(conn: Connection, run_id: UUID) -> list[Any]:
+def suspended_calls(conn: Connection, run_id: UUID) -> list[Any]:
     return list(conn.execute(_SUSPENDED_CALLS_SQL, {"run_id": run_id}))
 
 
-def _resume_of(run_id: UUID, boundary_seq: int, row: Any) -> OriginalToolRoundResume:
+def resume_of(run_id: UUID, boundary_seq: int, row: Any) -> OriginalToolRoundResume:
     return OriginalToolRoundResume(
         run_id=run_id,
         invocation_id=row.invocation_id,
@@ -106,7 +107,7 @@ def waiting_for(conn: Connection, run_id: UUID) -> list[WaitingFor]:
             reason=row.suspension.get("reason"),
             delivered=row.delivered,
         )
-        for row in _suspended_calls(conn, run_id)
+        for row in suspended_calls(conn, run_id)
     ]
 
 
@@ -136,18 +137,19 @@ def _ready_resumes(
 ) -> list[OriginalToolRoundResume]:
     """Record the event; if the round has all its inputs now, make the run ready to
     resume and return the resumes."""
-    calls = _suspended_calls(conn, run_id)
+    calls = suspended_calls(conn, run_id)
     ready = run.status == "suspended" and calls and all(c.delivered for c in calls)
     resumed = conn.execute(
         _READY_SQL,
         {"id": run_id, "ready": bool(ready), "kind": event_kind, "data": json.dumps(event)},
     ).scalar_one()
-    return [_resume_of(run_id, run.boundary_seq, c) for c in calls] if resumed else []
+    return [resume_of(run_id, run.boundary_seq, c) for c in calls] if resumed else []
 
 
 # Ready to resume takes a slot of the owner's cap again (a suspended run holds none), in
-# the same statement; with none free the run stays suspended, all its inputs there, and
-# the reconciler resumes it once a slot frees (suspended_with_all_inputs).
+# the same statement. With none free the run waits queued, all its inputs there, in its
+# owner's queue by submission order like any queued run: the next slot that frees (or the
+# reconciler) sends it its resume, ahead of the owner's younger runs.
 _READY_SQL = text(
     """
 WITH slot AS (
@@ -160,8 +162,8 @@ WITH slot AS (
     SELECT 1 FROM owners AS o JOIN runs AS r ON r.owner = o.owner WHERE r.id = :id)) AS ok
 ), upd AS (
   UPDATE runs SET event_seq = event_seq + 1, updated_at = now(),
-    status = CASE WHEN (SELECT ok FROM go) THEN 'running' ELSE status END,
-    dispatched_at = CASE WHEN (SELECT ok FROM go) THEN now() ELSE dispatched_at END
+    status = CASE WHEN (SELECT ok FROM go) THEN 'running' WHEN :ready THEN 'queued' ELSE status END,
+    dispatched_at = CASE WHEN :ready THEN now() ELSE dispatched_at END
   WHERE id = :id RETURNING event_seq, (SELECT ok FROM go) AS resumed
 ), ev AS (
   INSERT INTO run_events (run_id, seq, kind, data)
@@ -258,7 +260,7 @@ def resolve_prerequisite_txn(conn: Connection, run_id: UUID, key: str, value: An
     _refuse_if_ended(run_id, run)
     waiting = [
         c
-        for c in _suspended_calls(conn, run_id)
+        for c in suspended_calls(conn, run_id)
         if c.suspension["kind"] == "prerequisite" and c.suspension["key"] == key
     ]
     if not waiting:
@@ -310,7 +312,7 @@ def answer_tool_call_txn(conn: Connection, run_id: UUID, tool_call_id: str, answ
     run = _lock_run(conn, run_id)
     given = (str(answer.kind), answer.value, answer.is_error, answer.reason)
     ended = run.status in ("completed", "failed", "cancelled")
-    call = None if ended else next((c for c in _suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
+    call = None if ended else next((c for c in suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
     if call is None:
         # The same answer again after it was acted on (a client's retry that arrives after
         # the resume, even after the run ended) changes nothing, like a delivery repeated.
@@ -379,7 +381,7 @@ def waiting_call(engine: Engine, run_id: UUID, tool_call_id: str) -> WaitingCall
         run = conn.execute(text("SELECT owner, config FROM runs WHERE id = :id"), {"id": run_id}).one_or_none()
         if run is None:
             raise RunNotFound(run_id)
-        call = next((c for c in _suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
+        call = next((c for c in suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
     if call is None:
         return None
     return WaitingCall(call.tool_name, call.suspension["kind"], run.owner, run.config)
@@ -391,7 +393,7 @@ def resume_if_ready_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoun
     ).one_or_none()
     if run is None or run.status != "suspended":
         return []
-    calls = _suspended_calls(conn, run_id)
+    calls = suspended_calls(conn, run_id)
     if not calls or not all(c.delivered for c in calls):
         return []
     event = {"tool_call_ids": [c.tool_call_id for c in calls], "reason": "inputs already delivered"}
@@ -430,95 +432,4 @@ def pending_resumes(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResum
         run = conn.execute(text("SELECT boundary_seq FROM runs WHERE id = :id"), {"id": run_id}).one_or_none()
         if run is None:
             return []
-        return [_resume_of(run_id, run.boundary_seq, c) for c in _suspended_calls(conn, run_id)]
-
-
-@dataclass(frozen=True)
-class SuspendedCall:
-    """A suspended tool call as stored, with the resume its stored projection makes."""
-
-    tool_call_id: str
-    tool_name: str
-    args: dict[str, Any]
-    suspension: dict[str, Any]  # what it waits for (runtime.tools.ToolSuspension.to_json)
-    resume: OriginalToolRoundResume
-
-
-@dataclass(frozen=True)
-class SuspensionMaterial:
-    """What a resume needs, read before it claims: the suspended round's digests, its
-    suspended calls (with their stored projections) and the inputs delivered."""
-
-    run_id: UUID
-    boundary_seq: int
-    round: StoredRound  # the suspended round's fence, four digests and proof
-    calls: list[SuspendedCall]
-    files: dict[str, dict[str, dict[str, Any]]]  # tool_call_id -> path -> {content, digest, size_bytes}
-    prerequisites: dict[str, Any]
-    answers: dict[str, Answer]  # tool_call_id -> the answer to its current wait (result or retry)
-    approvals: dict[str, Answer]  # tool_call_id -> the decision on it (approve or reject)
-
-
-def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMaterial | None:
-    found = conn.execute(
-        text("SELECT run_id, boundary_seq FROM tool_invocations WHERE invocation_id = :inv AND status = 'suspended'"),
-        {"inv": invocation_id},
-    ).one_or_none()
-    if found is None:
-        return None
-    run_id, boundary_seq = found.run_id, found.boundary_seq
-    run = conn.execute(
-        text(
-            "SELECT rd.claim_fence, rd.proof, rd.system_digest, rd.messages_digest, rd.tools_digest, "
-            "rd.accepted_response_digest "
-            "FROM runs r JOIN rounds rd ON rd.run_id = r.id AND rd.boundary_seq = :b AND rd.outcome = 'suspend' "
-            "WHERE r.id = :id AND r.boundary_seq = :b"
-        ),
-        {"id": run_id, "b": boundary_seq},
-    ).one_or_none()
-    if run is None:
-        return None
-    calls = [
-        SuspendedCall(row.tool_call_id, row.tool_name, row.args, row.suspension, _resume_of(run_id, boundary_seq, row))
-        for row in _suspended_calls(conn, run_id)
-    ]
-    files: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in conn.execute(
-        text("SELECT tool_call_id, path, content, digest, size_bytes FROM local_reads WHERE run_id = :id"),
-        {"id": run_id},
-    ):
-        files.setdefault(row.tool_call_id, {})[row.path] = {
-            "content": row.content,
-            "digest": row.digest,
-            "size_bytes": row.size_bytes,
-        }
-    prerequisites: dict[str, Any] = dict(
-        conn.execute(text("SELECT key, value FROM prerequisites WHERE run_id = :id"), {"id": run_id}).all()
-    )
-    current = {c.resume.invocation_id for c in calls}
-    answers: dict[str, Answer] = {}
-    approvals: dict[str, Answer] = {}
-    for row in conn.execute(
-        text("SELECT invocation_id, tool_call_id, kind, value, is_error, reason FROM tool_answers "
-             "WHERE run_id = :id ORDER BY created_at"),
-        {"id": run_id},
-    ):
-        answer = Answer(ToolAnswerKind(row.kind), row.value, row.is_error, row.reason)
-        if answer.kind in (ToolAnswerKind.APPROVE, ToolAnswerKind.REJECT):
-            approvals[row.tool_call_id] = answer  # holds for every later execution of the call
-        elif row.invocation_id in current:
-            answers[row.tool_call_id] = answer
-    return SuspensionMaterial(
-        run_id, boundary_seq, StoredRound(**run._mapping), calls, files, prerequisites, answers, approvals
-    )
-
-
-def load_suspension(engine: Engine, invocation_id: str) -> SuspensionMaterial | None:
-    """The suspended round that holds the suspended call ``invocation_id`` (an invocation
-    id is unique: it names the suspension a resume is for)."""
-    return run_transaction(
-        engine,
-        lambda conn: load_suspension_txn(conn, invocation_id),
-        isolation_level="REPEATABLE READ",
-        name="load_suspension",
-    )
+        return [resume_of(run_id, run.boundary_seq, c) for c in suspended_calls(conn, run_id)]

@@ -70,3 +70,13 @@ class RoundRecord:
     @property
     def terminal(self) -> bool:
         return self.status.terminal
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a round's commit did besides storing the round: whether a pending interrupt
+    (``root_policy: interrupt``) ended the run at this boundary, cancelled, and the
+    queued runs to send now (a Root's next, an owner's next in a freed slot)."""
+
+    next_runs: tuple[UUID, ...] = ()
+    interrupted: bool = False

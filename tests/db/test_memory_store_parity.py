@@ -154,7 +154,7 @@ def drive(side: Side) -> list[Any]:
     assert c4 is not None and c4.recorded_response is not None  # the stale holder's call, paid for
     seen.append(("after a fault", claim_view(c4), side.row(run.run_id)))
     finished = s.commit_round(dataclasses.replace(record(c4), messages=()))
-    seen.append(("finished", finished == later.run_id, side.row(run.run_id)))
+    seen.append(("finished", finished.next_runs == (later.run_id,), side.row(run.run_id)))
     seen.append(("ended", claim_view(claim(2, after=1)), s.explain_refused_claim(run.run_id, 2, resume=False).reason))
     s.dispatch_failed(later.run_id)
     return seen

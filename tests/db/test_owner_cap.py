@@ -9,12 +9,13 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from schema.store import claims as claim_store
-from schema.store import limits
+from schema.store import leases, limits
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
+from schema.store import suspensions as suspension_store
 from schema.store.errors import FenceLost
 from schema.wire import RoundTask
 from schema.wire.owners import OwnerLimitsChange, OwnerLimitsInvalid
@@ -129,7 +130,7 @@ def test_a_freed_slot_hands_the_owners_next_queued_run_in_submission_order(engin
     first, second, third = (submit(engine).run_id for _ in range(3))
     c = claim(engine, first)
     assert c is not None and claim(engine, second) is None
-    assert round_store.commit_round(engine, record(c)) == second
+    assert round_store.commit_round(engine, record(c)).next_runs == (second,)
     assert claim(engine, second) is not None and claim(engine, third) is None
     assert counter(engine) == (1, 1)
 
@@ -160,3 +161,62 @@ def test_a_run_parked_for_its_budget_gives_its_slot_back(ctx: Any) -> None:
     assert_in_step(engine, "parking for the budget")
     assert counter(engine) == (0, 0)
     assert claim(engine, waiting.run_id) is not None  # the slot it gave back
+
+
+def test_a_run_ready_to_resume_with_the_cap_full_waits_queued_ahead_of_younger_runs(ctx: Any) -> None:
+    engine = ctx.engine
+    limits.set_owner_limits(engine, OWNER, OwnerLimitsChange.of(max_running=1))
+    suspended = suspended_run(ctx, READ_ONE, ["read_files"])  # holds no slot
+    busy = submit(engine)
+    held = claim(engine, busy.run_id)
+    assert held is not None and counter(engine) == (1, 1)  # the one slot
+    younger = submit(engine)
+
+    # Its input arrives while the cap is full: it waits queued, in submission order.
+    receipt = client.deliver(suspended, "call_0_0", {"notes/a.txt": BODY_A}, ctx=ctx)
+    assert receipt.stored and receipt.resumes == []
+    assert run_row(ctx, suspended)["status"] == "queued"
+    assert_in_step(engine, "a delivery with the cap full")
+
+    # The freed slot goes to it (it is older than the younger run), as a resume.
+    committed = round_store.commit_round(engine, record(held))
+    assert committed.next_runs == (suspended,)
+    due = leases.due_of(engine, suspended)
+    assert (due.resume, due.boundary_seq, due.route.owner) == (True, 0, OWNER)
+    assert claim(engine, younger.run_id) is None  # not its turn: the older run waits for that slot
+    resumes = suspension_store.pending_resumes(engine, suspended)
+    assert execute_resume(ctx, resumes) is RoundDisposition.COMMITTED
+    assert_in_step(engine, "the resume from the queue")
+    assert counter(engine) == (1, 1)
+    assert execute_round(ctx, RoundTask(run_id=suspended, boundary_seq=1)) is RoundDisposition.COMMITTED
+    assert run_row(ctx, suspended)["status"] == "completed"
+    assert claim(engine, younger.run_id) is not None  # and then the younger one
+
+
+def test_a_freed_slot_sends_both_the_owners_next_and_the_roots_next_run(engine: Engine) -> None:
+    limits.set_owner_limits(engine, OWNER, OwnerLimitsChange.of(max_running=2))
+    first, other = submit(engine), submit(engine)
+    c1, c2 = claim(engine, first.run_id), claim(engine, other.run_id)
+    assert c1 is not None and c2 is not None
+    follow_up = submit(engine, root_id=str(first.root_id))  # waits for its Root's turn
+    waiting = submit(engine)  # waits for a slot
+    committed = round_store.commit_round(engine, record(c1))
+    # One slot freed: the owner's next queued run and the Root's next are both sent; their
+    # claims decide, under the cap, which one starts (the older one: the follow-up).
+    assert set(committed.next_runs) == {follow_up.run_id, waiting.run_id}
+    assert claim(engine, waiting.run_id) is None
+    assert claim(engine, follow_up.run_id) is not None
+    assert_in_step(engine, "two runs sent for one slot")
+
+
+def test_a_drifted_counter_is_recounted_by_the_reconcilers_repair(engine: Engine) -> None:
+    limits.set_owner_limits(engine, OWNER, OwnerLimitsChange.of(max_running=3))
+    limits.set_owner_limits(engine, "team-other", OwnerLimitsChange.of(max_running=3))
+    held = claim(engine, submit(engine).run_id)
+    assert held is not None and counter(engine) == (1, 1)
+    assert limits.repair_running_counters(engine) == {}  # nothing drifted: nothing written
+    with engine.begin() as conn:  # e.g. a claim that began before the owner's row existed
+        conn.execute(text("UPDATE owners SET running = 0 WHERE owner = :o"), {"o": OWNER})
+    assert limits.repair_running_counters(engine) == {OWNER: (0, 1)}
+    assert counter(engine) == (1, 1) and counter(engine, "team-other") == (0, 0)
+    assert limits.repair_running_counters(engine) == {}

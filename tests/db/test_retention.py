@@ -81,7 +81,7 @@ def test_prune_deletes_exactly_the_roots_whose_runs_all_ended_before_the_cutoff(
 
     assert batch.pruned.roots == 2 and batch.pruned.runs == 3
     gone = {t: sum(before[root][t] for root in expired) for t in retention.TABLES}
-    assert batch.pruned.rows == gone
+    assert batch.pruned.rows == {**gone, retention.SPEND_TABLE: 0}  # a batch deletes Roots only
     assert table_rows(engine) == {t: totals[t] - gone[t] for t in retention.TABLES}
     for root in expired:
         assert set(root_rows(engine, root).values()) == {0}
@@ -233,3 +233,18 @@ def test_a_consumption_of_a_live_run_stays_immutable_even_to_a_prune(engine: Eng
     with pytest.raises(DBAPIError, match="immutable"), engine.begin() as conn:  # never an UPDATE
         conn.execute(text("SELECT set_config('aidawork.pruning', 'on', true)"))
         conn.execute(text("UPDATE runtime_work_model_rebuild_consumptions SET source_digest = 'x'"))
+
+
+def test_spend_windows_go_once_the_longest_window_ended_before_the_cutoff(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO owner_spend (owner, window_start, used, reserved) VALUES "
+            "('old', now() - make_interval(days => :d + 31), 10, 0), "  # its window ended before the cutoff
+            "('held', now() - make_interval(days => :d + 31), 10, 5), "  # a reservation still open in it
+            "('recent', now() - make_interval(days => :d + 29), 10, 0)"  # a 30 d window from then is not over
+        ), {"d": DAYS})
+    at = cutoff(engine)
+    plan = retention.plan_prune(engine, cutoff=at)
+    assert plan.rows[retention.SPEND_TABLE] == 1 and (plan.roots, plan.runs) == (0, 0)
+    assert retention.prune_spend(engine, cutoff=at).rows[retention.SPEND_TABLE] == 1
+    assert [r["owner"] for r in rows(engine, "SELECT owner FROM owner_spend ORDER BY owner")] == ["held", "recent"]

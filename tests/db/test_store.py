@@ -123,8 +123,7 @@ def test_later_run_of_a_root_waits_for_the_earlier_one(engine: Engine) -> None:
     assert claim(engine, second.run_id) is None
     c1 = claim(engine, first.run_id)
     assert c1 is not None
-    next_run = round_store.commit_round(engine, record(c1))
-    assert next_run == second.run_id
+    assert round_store.commit_round(engine, record(c1)).next_runs == (second.run_id,)
     # The Root's next run reads the messages the first one wrote (a warm claim loads the delta).
     c2 = claim_store.claim_round(
         engine, second.run_id, 0, lease_s=30, after_position=0, cold=False, holder=HOLDER
@@ -149,7 +148,7 @@ def test_cancel_fences_out_the_holder(engine: Engine) -> None:
         round_store.commit_round(engine, record(held))
     row = run_row(engine, run.run_id)
     assert (row["status"], row["error_code"], row["boundary_seq"]) == ("cancelled", "CANCELLED", 0)
-    assert run_store.cancel_run(engine, run.run_id) == (False, None)
+    assert run_store.cancel_run(engine, run.run_id) == (False, ())
 
 
 def test_fail_claimed_run_releases_the_roots_next_run(engine: Engine) -> None:
@@ -157,7 +156,7 @@ def test_fail_claimed_run_releases_the_roots_next_run(engine: Engine) -> None:
     second = submit(engine, root_id=str(first.root_id))
     c1 = claim(engine, first.run_id)
     assert c1 is not None
-    assert run_store.fail_claimed_run(engine, first.run_id, c1.fence, "X", "boom") == second.run_id
+    assert run_store.fail_claimed_run(engine, first.run_id, c1.fence, "X", "boom") == (second.run_id,)
     assert run_row(engine, first.run_id)["status"] == "failed"
     kinds = [r["kind"] for r in rows(engine, "SELECT kind FROM run_events WHERE run_id = :id ORDER BY seq",
                                      id=first.run_id)]

@@ -14,15 +14,16 @@ import pytest
 from sqlalchemy import Engine, text
 
 from runtime.prepare import prepare_execution
+from schema.store import budgets as budget_store
+from schema.store import claims as claim_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
-from schema.store.errors import IdempotencyKeyReused, RootBusy
+from schema.store.errors import FenceLost, IdempotencyKeyReused, RootBusy
 from schema.store.runs import Submitted
-from schema.wire import RunStatus
 from schema.wire.record import MessageRecord
 from tests.support.db import rows, run_row
 from tests.support.requests import scripted_request
-from tests.support.store import RUNTIME, claim, record
+from tests.support.store import RUNTIME, claim, expire_lease, record
 from worker.client import request_digest
 
 T = TypeVar("T")
@@ -150,18 +151,101 @@ def test_reject_on_a_busy_root_stores_nothing(engine: Engine) -> None:
     assert idle.root_seq == 1 and run_row(engine, idle.run_id)["root_policy"] == "reject"
 
 
-def test_interrupt_cancels_the_active_run_and_keeps_its_messages(engine: Engine) -> None:
+def events_of(engine: Engine, run_id: UUID) -> list[tuple[int, str]]:
+    return [(r["seq"], r["kind"]) for r in rows(engine, "SELECT seq, kind FROM run_events WHERE run_id = :r "
+                                                "ORDER BY seq", r=run_id)]
+
+
+def in_flight(engine: Engine, run_id: UUID, boundary_seq: int = 1) -> Any:
+    """The claim the run's round in flight holds (``running_root`` took it)."""
+    row = run_row(engine, run_id)
+    return _FakeClaim(run_id, boundary_seq, row["claim_fence"])
+
+
+def test_interrupt_lets_the_round_in_flight_commit_then_ends_the_run_at_that_boundary(engine: Engine) -> None:
     _, second = running_root(engine)
     third = submit(engine, root_id=str(second.root_id), root_policy="interrupt")
-    assert third.interrupted == (second.run_id,)
+    assert third.interrupted == (second.run_id,) and third.interrupting == (second.run_id,)
+    row = run_row(engine, second.run_id)
+    assert (row["status"], row["interrupted_by"]) == ("running", third.run_id)  # its round goes on
+    assert claim(engine, third.run_id) is None  # the Root's turn is still the old run's
+
+    # The round in flight commits (its tool calls are on record); the commit ends the run.
+    held = in_flight(engine, second.run_id)
+    messages = tuple(MessageRecord(p, {"role": "user", "content": f"m{p}"}, f"d{p}") for p in (4, 5))
+    base = record(held, outcome="continue", status="running")
+    committed = round_store.commit_round(engine, dataclasses.replace(base, messages=messages, events=base.events))
+    assert committed.interrupted and committed.next_runs == (third.run_id,)
+    row = run_row(engine, second.run_id)
+    assert (row["status"], row["error_code"], row["boundary_seq"]) == ("cancelled", "INTERRUPTED", 2)
+    assert row["error_message"] == f"interrupted by run {third.run_id}: its committed messages are kept"
+    assert row["finished_at"] is not None and row["lease_expires_at"] is None
+    # The round's own event, then the cancel, gapless.
+    assert events_of(engine, second.run_id)[-2:] == [(row["event_seq"] - 1, "run_completed"),
+                                                     (row["event_seq"], "run_cancelled")]
+    c = claim(engine, third.run_id)
+    assert c is not None and [m.position for m in c.new_messages] == [0, 1, 2, 3, 4, 5]
+
+
+def test_interrupt_cancels_a_run_between_rounds_at_once(engine: Engine) -> None:
+    first = submit(engine)
+    commit_messages(engine, first.run_id, range(0, 2), finish=True)
+    second = submit(engine, root_id=str(first.root_id))
+    commit_messages(engine, second.run_id, range(2, 4), finish=False)  # at boundary 1, no round in flight
+    third = submit(engine, root_id=str(second.root_id), root_policy="interrupt")
+    assert third.interrupted == (second.run_id,) and third.interrupting == ()
     row = run_row(engine, second.run_id)
     assert (row["status"], row["error_code"], row["interrupted_by"]) == ("cancelled", "INTERRUPTED", third.run_id)
     assert str(third.run_id) in row["error_message"]
-    # The round in flight under the old fence cannot commit now.
-    with pytest.raises(Exception, match="no longer held"):
-        round_store.commit_round(engine, record(_held(engine, second.run_id)))
+    assert claim(engine, second.run_id, boundary_seq=1) is None  # its sent round finds it ended
     c = claim(engine, third.run_id)
     assert c is not None and [m.position for m in c.new_messages] == [0, 1, 2, 3]
+
+
+def test_a_round_that_ends_the_run_keeps_its_own_ending(engine: Engine) -> None:
+    _, second = running_root(engine)
+    third = submit(engine, root_id=str(second.root_id), root_policy="interrupt")
+    held = in_flight(engine, second.run_id)
+    final = dataclasses.replace(record(held), messages=(MessageRecord(4, {"role": "assistant", "content": "x"}, "d4"),))
+    committed = round_store.commit_round(engine, final)
+    assert not committed.interrupted and committed.next_runs == (third.run_id,)
+    row = run_row(engine, second.run_id)
+    assert (row["status"], row["error_code"], row["output"]) == ("completed", None, "done")
+
+
+def test_an_interrupted_run_whose_holder_died_is_ended_by_its_next_claim(engine: Engine) -> None:
+    _, second = running_root(engine)
+    third = submit(engine, root_id=str(second.root_id), root_policy="interrupt")
+    held = in_flight(engine, second.run_id)
+    expire_lease(engine, second.run_id)  # its holder died mid-round
+    assert claim(engine, second.run_id, boundary_seq=1) is None
+    refusal = claim_store.explain_refused_claim(engine, second.run_id, 1, resume=False)
+    assert refusal.reason == claim_store.INTERRUPT_PENDING and refusal.run is not None
+    assert run_store.end_interrupted_run(engine, second.run_id, refusal.run["claim_fence"] + 1) == (False, ())
+    ended, next_runs = run_store.end_interrupted_run(engine, second.run_id, refusal.run["claim_fence"])
+    assert ended and next_runs == (third.run_id,)
+    row = run_row(engine, second.run_id)
+    assert (row["status"], row["error_code"], row["boundary_seq"]) == ("cancelled", "INTERRUPTED", 1)
+    assert row["error_message"] == f"interrupted by run {third.run_id}: its committed messages are kept"
+    # The fence was bumped: the dead holder's round can never commit now.
+    with pytest.raises(FenceLost):
+        round_store.commit_round(engine, record(held, outcome="continue", status="running"))
+    assert run_store.end_interrupted_run(engine, second.run_id, row["claim_fence"]) == (False, ())
+    c = claim(engine, third.run_id)
+    assert c is not None and [m.position for m in c.new_messages] == [0, 1, 2, 3]
+
+
+def test_a_run_parked_for_its_budget_with_an_interrupt_pending_ends_instead(engine: Engine) -> None:
+    _, second = running_root(engine)
+    third = submit(engine, root_id=str(second.root_id), root_policy="interrupt")
+    held = in_flight(engine, second.run_id)
+    assert budget_store.park_for_budget(engine, second.run_id, held.fence, 1, {"budget_window": "1h"}) == (
+        third.run_id,
+    )
+    row = run_row(engine, second.run_id)
+    assert (row["status"], row["error_code"], row["budget_wait"]) == ("cancelled", "INTERRUPTED", None)
+    assert events_of(engine, second.run_id)[-1] == (row["event_seq"], "run_cancelled")
+    assert claim(engine, third.run_id) is not None
 
 
 def test_rollback_cancels_the_active_run_and_drops_its_messages(engine: Engine) -> None:
@@ -171,6 +255,9 @@ def test_rollback_cancels_the_active_run_and_drops_its_messages(engine: Engine) 
     row = run_row(engine, second.run_id)
     assert (row["status"], row["error_code"], row["interrupted_by"]) == ("cancelled", "ROLLED_BACK", third.run_id)
     assert rows(engine, "SELECT count(*) AS n FROM messages WHERE run_id = :r", r=second.run_id)[0]["n"] == 0
+    # At once, round in flight or not: that round, under the old fence, cannot commit now.
+    with pytest.raises(FenceLost):
+        round_store.commit_round(engine, record(_FakeClaim(second.run_id, 1, row["claim_fence"] - 1)))
     c = claim(engine, third.run_id)
     assert c is not None and [m.position for m in c.new_messages] == [0, 1]
     # The new run writes right after the kept messages: the Root stays gapless.
@@ -186,16 +273,15 @@ def test_two_concurrent_interrupts_one_interrupts_the_other_queues_behind_it(eng
     assert winner.interrupted == (second.run_id,) and behind.interrupted == ()
     assert run_row(engine, second.run_id)["interrupted_by"] == winner.run_id
     assert run_row(engine, winner.run_id)["status"] == "queued"
-    # Root order: the winner goes first, the other waits for it.
+    # Root order: the interrupted run's round in flight commits, and the run ends there;
+    # then the winner goes, and the other waits for it.
+    assert claim(engine, winner.run_id) is None
+    held = in_flight(engine, second.run_id)
+    base = record(held, outcome="continue", status="running")
+    committed = round_store.commit_round(engine, dataclasses.replace(base, messages=()))
+    assert committed.interrupted and committed.next_runs == (winner.run_id,)
     assert claim(engine, behind.run_id) is None
     assert claim(engine, winner.run_id) is not None
-
-
-def _held(engine: Engine, run_id: UUID) -> Any:
-    """The claim the in-flight round of ``run_id`` holds (fence as it was before the cancel)."""
-    row = run_row(engine, run_id)
-    assert row["status"] == RunStatus.CANCELLED
-    return _FakeClaim(run_id, row["boundary_seq"], row["claim_fence"] - 1)
 
 
 @dataclasses.dataclass(frozen=True)

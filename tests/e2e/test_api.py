@@ -256,6 +256,7 @@ def test_the_openapi_document_lists_the_endpoints(api: ApiServer) -> None:
         ("/v1/runs/{run_id}/tool-retries", "post"),
         ("/v1/runs/{run_id}/events", "get"),
         ("/v1/roots/{root_id}/runs", "get"),
+        ("/v1/owner", "get"),
         ("/v1/runs", "get"),
         ("/v1/runs/{run_id}/rounds", "get"),
         ("/v1/runs/{run_id}/stream-token", "post"),

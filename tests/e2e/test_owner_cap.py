@@ -8,6 +8,7 @@ import json
 import threading
 from typing import Any
 
+from tests.support.api import A, ApiServer, B
 from tests.support.cluster import Cluster, cli, wait_ready
 from tests.support.db import rows, wait_terminal
 from tests.support.requests import scripted_request
@@ -70,3 +71,18 @@ def test_owner_set_show_and_list_through_the_cli(db_url: str, redis_clean: None)
     assert table[1].split() == ["team-a", "0", "-", "5", "1000", "1d", "fail"]
     listed = json.loads(cli(db_url, "owner", "list", "--json").stdout)
     assert [o["owner"] for o in listed] == ["team-a"]
+
+
+def test_each_owner_reads_its_own_limits_over_http_and_cannot_change_them(api: ApiServer, ctx: Any) -> None:
+    client.set_owner_limits("team-a", max_running=3, weight=2, ctx=ctx)
+    api.wait_ready()
+    mine = api.http.get("/v1/owner", headers=A)
+    assert mine.status_code == 200, mine.text
+    assert {k: mine.json()[k] for k in ("owner", "max_running", "weight", "running", "stored")} == {
+        "owner": "team-a", "max_running": 3, "weight": 2, "running": 0, "stored": True,
+    }
+    other = api.http.get("/v1/owner", headers=B).json()  # another token, another owner: the defaults
+    assert (other["owner"], other["max_running"], other["stored"]) == ("team-b", None, False)
+    assert api.http.get("/v1/owner").status_code == 401
+    assert api.http.put("/v1/owner", json={"max_running": 100}, headers=A).status_code == 405
+    assert client.owner_limits("team-a", ctx=ctx).max_running == 3

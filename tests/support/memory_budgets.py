@@ -55,7 +55,7 @@ class BudgetOps:
         call["reservation_open"] = False
         budget["used"] += used
 
-    def park_for_budget(self, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]) -> None:
+    def park_for_budget(self, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]) -> tuple[UUID, ...]:
         with self._lock:
             self.calls.append("park_for_budget")
             run = self.runs.get(run_id)
@@ -66,3 +66,4 @@ class BudgetOps:
             run.budget_wait = copy.deepcopy(wait)
             run.event_seq += 1
             self._event(run_id, run.event_seq, "run_suspended", {"waiting_for": [], "budget": copy.deepcopy(wait)})
+            return ()  # this store models no owner cap and no root_policy

@@ -30,10 +30,11 @@ from uuid import UUID, uuid4
 
 from schema.store.claims import ClaimRefusal
 from schema.store.errors import FenceLost, RootNotFound, ToolCallIdReused
+from schema.store.leases import Due
 from schema.store.runs import Submitted
 from schema.wire import RunRequest, RunStatus
 from schema.wire.claim import Checkpoint, Claim, LoadedMessage, StoredRound
-from schema.wire.record import RoundRecord, ToolInvocationRecord
+from schema.wire.record import Committed, RoundRecord, ToolInvocationRecord
 from schema.wire.route import DEFAULT_WEIGHT, Route
 from tests.support.memory_budgets import BudgetOps
 from tests.support.memory_rebuilds import RebuildOps
@@ -95,6 +96,14 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
             if run is None:
                 return Route(owner or "")
             return Route(run.owner, self.weights.get(run.owner, DEFAULT_WEIGHT), run.priority)
+
+    def due_of(self, run_id: UUID, owner: str | None = None) -> Due:
+        route = self.route_of(run_id, owner)
+        with self._lock:
+            run = self.runs.get(run_id)
+            if run is None:
+                return Due(run_id, 0, False, route)
+            return Due(run_id, run.boundary_seq, (run_id, run.boundary_seq) in self.rounds, route)
 
     def expire_lease(self, run_id: UUID) -> None:
         """The holder died: its lease runs out."""
@@ -314,7 +323,7 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
             if call["stale"]:
                 raise FenceLost(run_id, fence)
 
-    def commit_round(self, record: RoundRecord) -> UUID | None:
+    def commit_round(self, record: RoundRecord) -> Committed:
         with self._lock:
             self.calls.append("commit_round")
             run = self.runs.get(record.run_id)
@@ -336,7 +345,8 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
             for call in self.model_calls:  # committed, the accepted response lives in the messages
                 if (call["run_id"], call["boundary_seq"]) == (run.id, record.boundary_seq):
                     call["response"] = None
-            return self._next_in_root(run) if record.terminal else None
+            next_run = self._next_in_root(run) if record.terminal else None
+            return Committed(next_runs=() if next_run is None else (next_run,))
 
     def _write_round(self, run: RunRow, record: RoundRecord, tools: list[dict[str, Any]]) -> None:
         first_event_seq = run.event_seq
@@ -425,7 +435,11 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
                 run.dispatched_at = self._now() + dispatch_after_s
             return True
 
-    def fail_claimed_run(self, run_id: UUID, fence: int, error_code: str, message: str) -> UUID | None:
+    def end_interrupted_run(self, run_id: UUID, fence: int) -> tuple[bool, tuple[UUID, ...]]:
+        # This store models no root_policy: no run of it has an interrupt pending.
+        return False, ()
+
+    def fail_claimed_run(self, run_id: UUID, fence: int, error_code: str, message: str) -> tuple[UUID, ...]:
         with self._lock:
             self.calls.append("fail_claimed_run")
             run = self.runs.get(run_id)
@@ -435,7 +449,8 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
             run.error_code, run.error_message = error_code, message
             run.event_seq += 1
             self._event(run_id, run.event_seq, "run_failed", {"error_code": error_code, "message": message})
-            return self._next_in_root(run)
+            next_run = self._next_in_root(run)
+            return () if next_run is None else (next_run,)
 
     def dispatch_failed(self, run_id: UUID) -> None:
         with self._lock:

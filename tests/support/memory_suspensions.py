@@ -9,13 +9,12 @@ from typing import Any
 from uuid import UUID
 
 from schema.store.effects import ExecutionRecord
+from schema.store.resumes import SuspendedCall, SuspensionMaterial
 from schema.store.suspensions import (
     ANSWERS_FOR,
     Answer,
     DeliveryRefused,
     Receipt,
-    SuspendedCall,
-    SuspensionMaterial,
     file_digest,
 )
 from schema.wire import OriginalToolRoundResume

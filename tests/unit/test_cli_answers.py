@@ -12,6 +12,7 @@ import pytest
 
 from schema.wire import RunEvent
 from worker import cli
+from worker.run_view_cli import format_event as fmt
 
 RUN = str(uuid.UUID(int=1))
 
@@ -66,20 +67,20 @@ def _event(kind: str, data: dict[str, Any]) -> RunEvent:
 def test_watch_renders_the_waits_and_answers_of_calls() -> None:
     args = {"path": "/tmp/out.txt", "text": "hi"}
     lines = [
-        cli.format_event(_event("tool_suspended", {"tool_call_id": "call_0_0", "name": "append_line",
+        fmt(_event("tool_suspended", {"tool_call_id": "call_0_0", "name": "append_line",
                                                    "kind": "approval", "args": args})),
-        cli.format_event(_event("tool_suspended", {"tool_call_id": "call_0_0", "name": "pick", "kind": "client_tool",
+        fmt(_event("tool_suspended", {"tool_call_id": "call_0_0", "name": "pick", "kind": "client_tool",
                                                    "args": {"hint": "warm"}})),
-        cli.format_event(_event("tool_suspended", {"tool_call_id": "call_0_0", "name": "append_line",
+        fmt(_event("tool_suspended", {"tool_call_id": "call_0_0", "name": "append_line",
                                                    "kind": "outcome_unknown", "args": args, "reason": "it crashed"})),
-        cli.format_event(_event("input_delivered", {"tool_call_id": "call_0_0", "kind": "approval",
+        fmt(_event("input_delivered", {"tool_call_id": "call_0_0", "kind": "approval",
                                                     "answer": "approve", "args": args, "resumable": True})),
-        cli.format_event(_event("input_delivered", {"tool_call_id": "call_0_0", "kind": "approval",
+        fmt(_event("input_delivered", {"tool_call_id": "call_0_0", "kind": "approval",
                                                     "answer": "reject", "reason": "not today", "resumable": True})),
-        cli.format_event(_event("tool_completed", {"tool_call_id": "call_0_0", "name": "append_line",
+        fmt(_event("tool_completed", {"tool_call_id": "call_0_0", "name": "append_line",
                                                    "status": "failed", "result": {"error": {"code": "TOOL_REJECTED"}},
                                                    "approval": {"decision": "reject", "reason": "not today"}})),
-        cli.format_event(_event("resume_ready", {"tool_call_ids": ["call_1_0"], "reason": "inputs already delivered",
+        fmt(_event("resume_ready", {"tool_call_ids": ["call_1_0"], "reason": "inputs already delivered",
                                                  "resumable": True})),
     ]
     assert lines == [

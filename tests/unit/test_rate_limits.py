@@ -16,7 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 import worker.round as round_module
-from runtime.budget import estimate_call_tokens
+from runtime.budget import UNLIMITED_OUTPUT_ESTIMATE_TOKENS, estimate_call_tokens, max_output_tokens
 from runtime.config import AnthropicModelConfig, OpenAIModelConfig, ScriptedModelConfig
 from runtime.context import context_chain
 from runtime.errors import ModelUnavailable
@@ -120,10 +120,14 @@ def test_the_limit_key_comes_from_the_model_config_and_the_scripted_model_has_no
     openai = OpenAIModelConfig(provider="openai", name="gpt-4o", max_completion_tokens=256)
     keyless = OpenAIModelConfig(provider="openai", name="llama3.1", base_url="http://127.0.0.1:9/v1", api_key_ref=None)
     claude = AnthropicModelConfig(provider="anthropic", name="claude", api_key_ref="team-b")
-    assert call_limit_key("openai", openai) == CallLimitKey("openai", "default", "gpt-4o", 256)
-    assert call_limit_key("openai", keyless) == CallLimitKey("openai", None, "llama3.1", 0)
-    assert call_limit_key("anthropic", claude) == CallLimitKey("anthropic", "team-b", "claude", 4096)
-    assert call_limit_key("scripted", ScriptedModelConfig(provider="scripted", turns=[{"content": "5"}])) is None
+    def key(provider: str, config: Any) -> CallLimitKey | None:
+        # The output part of the estimate is the budget's reading of the config (one reading).
+        return call_limit_key(provider, config, max_output_tokens(config))
+
+    assert key("openai", openai) == CallLimitKey("openai", "default", "gpt-4o", 256)
+    assert key("openai", keyless) == CallLimitKey("openai", None, "llama3.1", UNLIMITED_OUTPUT_ESTIMATE_TOKENS)
+    assert key("anthropic", claude) == CallLimitKey("anthropic", "team-b", "claude", 4096)
+    assert key("scripted", ScriptedModelConfig(provider="scripted", turns=[{"content": "5"}])) is None
 
 
 def request(text: str, tools: tuple[dict[str, Any], ...] = ()) -> ModelRequest:

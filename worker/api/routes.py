@@ -21,6 +21,7 @@ from schema.store.errors import RootNotFound
 from schema.store.owners import TailKey
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS, RunView
+from schema.wire.owners import OwnerLimits
 from worker import client
 from worker.api.auth import Credentials, authenticate, token_digest
 from worker.api.deps import ApiState, Owner, State
@@ -223,6 +224,17 @@ def root_runs(
 ) -> RootRuns:
     found = owner_store.list_root_runs(state.context().engine, root_id, owner, after_seq=after_seq, limit=limit)
     return RootRuns(root_id=root_id, runs=found)
+
+
+@router.get(
+    "/owner",
+    response_model=OwnerLimits,
+    summary="The caller's own limits (cap, weight, budget) and the slots its runs hold now",
+    description="Read only: an operator sets them (`aidawork owner set`, `client.set_owner_limits`). "
+    "An owner never given limits shows the defaults (`stored: false`).",
+)
+def own_limits(owner: Owner, state: State) -> OwnerLimits:
+    return client.owner_limits(owner, ctx=state.context())
 
 
 @router.get(

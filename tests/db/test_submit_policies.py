@@ -162,16 +162,22 @@ def in_flight(engine: Engine, run_id: UUID, boundary_seq: int = 1) -> Any:
     return _FakeClaim(run_id, boundary_seq, row["claim_fence"])
 
 
-def test_interrupt_lets_the_round_in_flight_commit_then_ends_the_run_at_that_boundary(engine: Engine) -> None:
+def interrupted_in_flight(engine: Engine) -> tuple[Submitted, Submitted, Any]:
+    """``running_root``'s second run, an interrupt submitted to its Root while its round is
+    in flight, and the claim that round holds."""
     _, second = running_root(engine)
     third = submit(engine, root_id=str(second.root_id), root_policy="interrupt")
+    return second, third, in_flight(engine, second.run_id)
+
+
+def test_interrupt_lets_the_round_in_flight_commit_then_ends_the_run_at_that_boundary(engine: Engine) -> None:
+    second, third, held = interrupted_in_flight(engine)
     assert third.interrupted == (second.run_id,) and third.interrupting == (second.run_id,)
     row = run_row(engine, second.run_id)
     assert (row["status"], row["interrupted_by"]) == ("running", third.run_id)  # its round goes on
     assert claim(engine, third.run_id) is None  # the Root's turn is still the old run's
 
     # The round in flight commits (its tool calls are on record); the commit ends the run.
-    held = in_flight(engine, second.run_id)
     messages = tuple(MessageRecord(p, {"role": "user", "content": f"m{p}"}, f"d{p}") for p in (4, 5))
     base = record(held, outcome="continue", status="running")
     committed = round_store.commit_round(engine, dataclasses.replace(base, messages=messages, events=base.events))
@@ -203,9 +209,7 @@ def test_interrupt_cancels_a_run_between_rounds_at_once(engine: Engine) -> None:
 
 
 def test_a_round_that_ends_the_run_keeps_its_own_ending(engine: Engine) -> None:
-    _, second = running_root(engine)
-    third = submit(engine, root_id=str(second.root_id), root_policy="interrupt")
-    held = in_flight(engine, second.run_id)
+    second, third, held = interrupted_in_flight(engine)
     final = dataclasses.replace(record(held), messages=(MessageRecord(4, {"role": "assistant", "content": "x"}, "d4"),))
     committed = round_store.commit_round(engine, final)
     assert not committed.interrupted and committed.next_runs == (third.run_id,)
@@ -214,9 +218,7 @@ def test_a_round_that_ends_the_run_keeps_its_own_ending(engine: Engine) -> None:
 
 
 def test_an_interrupted_run_whose_holder_died_is_ended_by_its_next_claim(engine: Engine) -> None:
-    _, second = running_root(engine)
-    third = submit(engine, root_id=str(second.root_id), root_policy="interrupt")
-    held = in_flight(engine, second.run_id)
+    second, third, held = interrupted_in_flight(engine)
     expire_lease(engine, second.run_id)  # its holder died mid-round
     assert claim(engine, second.run_id, boundary_seq=1) is None
     refusal = claim_store.explain_refused_claim(engine, second.run_id, 1, resume=False)
@@ -236,9 +238,7 @@ def test_an_interrupted_run_whose_holder_died_is_ended_by_its_next_claim(engine:
 
 
 def test_a_run_parked_for_its_budget_with_an_interrupt_pending_ends_instead(engine: Engine) -> None:
-    _, second = running_root(engine)
-    third = submit(engine, root_id=str(second.root_id), root_policy="interrupt")
-    held = in_flight(engine, second.run_id)
+    second, third, held = interrupted_in_flight(engine)
     assert budget_store.park_for_budget(engine, second.run_id, held.fence, 1, {"budget_window": "1h"}) == (
         third.run_id,
     )

@@ -12,18 +12,16 @@ transaction.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
-from uuid import UUID
 
 from runtime.breaker import REPEATED_IDENTICAL_TOOL_CALL, CountedCall, RepeatedToolCallBreaker
 from runtime.canonical import MAX_RESULT_DEPTH, chain_digest, digest, json_problem
 from runtime.context import slim_tool_results_for_next_round
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelInputRejection
-from runtime.messages import Message, ToolCall, tool_message, user_message
+from runtime.hooks import NoHooks, RoundHooks
+from runtime.messages import Message, tool_message, user_message
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.models.endings import complete_turn
 from runtime.outcomes import (
@@ -41,79 +39,14 @@ from runtime.outcomes import (
 )
 from runtime.proofs import OwnedRoundProjection
 from runtime.state import RunState
-from runtime.tools import (
-    NO_INPUTS,
-    TOOL_ARGS_INVALID,
-    PriorExecution,
-    Tool,
-    ToolArgsInvalid,
-    ToolContext,
-    ToolEffect,
-    ToolInputs,
-    ToolOutcome,
-    ToolSuspension,
-    ToolTimedOut,
-)
+from runtime.tool_calls import run_tool, with_call_projection, with_unique_call_ids
+from runtime.tools import NO_INPUTS, ToolOutcome
 from schema.wire import EventKind
 from schema.wire.vocab import ToolStatus
 
 MAX_ROUNDS_EXCEEDED = "MAX_ROUNDS_EXCEEDED"
 MODEL_RESPONSE_INVALID = "MODEL_RESPONSE_INVALID"
 
-
-class RoundHooks(Protocol):
-    """Called around the model call, so the caller can record the call in its ledger
-    before and after (and inject faults in tests); or, instead of both, once when the
-    round goes on from a response an earlier holder was given (nothing to record)."""
-
-    def model_call_started(self, request: ModelRequest, request_digest: str) -> None: ...
-
-    def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None: ...
-
-    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, retry_of: str | None) -> PriorExecution | None:
-        """Record that an ``at_most_once`` call's handler is about to start (fenced), or
-        return what an earlier start recorded. ``retry_of``: an operator asked to run it
-        again, answering the wait with this id; one answer restarts the call once."""
-        ...
-
-    def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
-        """Record how an ``at_most_once`` call ended (a suspension clears its start)."""
-        ...
-
-    def model_response_reused(self, request_digest: str) -> None: ...
-
-    def tool_call_done(self, invocation: ToolInvocation, started_ns: int) -> None:
-        """Any tool call has its outcome (``started_ns``: ``time.time_ns()`` when it
-        began): for metrics and spans only, it records nothing durable."""
-        ...
-
-    def model_delta_sink(self) -> Callable[[str], None] | None:
-        """Where the text of the model call about to start goes as it streams (asked once
-        per call), or None: the round wants the response only."""
-        ...
-
-
-class NoHooks:
-    def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
-        return None
-
-    def model_call_finished(self, response: ModelResponse | None, error: ModelError | None) -> None:
-        return None
-
-    def tool_call_starting(self, call: ToolCall, ctx: ToolContext, *, retry_of: str | None) -> PriorExecution | None:
-        return None
-
-    def tool_call_finished(self, call: ToolCall, outcome: ToolOutcome) -> None:
-        return None
-
-    def model_response_reused(self, request_digest: str) -> None:
-        return None
-
-    def tool_call_done(self, invocation: ToolInvocation, started_ns: int) -> None:
-        return None
-
-    def model_delta_sink(self) -> Callable[[str], None] | None:
-        return None
 
 
 @dataclass
@@ -254,159 +187,10 @@ def orchestrate(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks | Non
             return InProcessRun(outcome=result.outcome, rounds=state.boundary_seq, messages=state.history)
 
 
-def run_tool(
-    deps: OrchestratorDeps, state: RunState, call: ToolCall, inputs: ToolInputs, hooks: RoundHooks
-) -> tuple[ToolInvocation, ToolOutcome]:
-    started_ns = time.time_ns()
-    tool = deps.tools.get(call.name)
-    if tool is None:
-        outcome = ToolOutcome.failed("TOOL_UNKNOWN", f"tool {call.name!r} is not enabled")
-    else:
-        outcome = _tool_outcome(deps, state, tool, call, inputs, hooks)
-    result_digest = None
-    if outcome.status != ToolStatus.SUSPENDED:
-        try:
-            bad = json_problem(outcome.result, "result", max_depth=MAX_RESULT_DEPTH) or json_problem(
-                outcome.context, "result", max_depth=MAX_RESULT_DEPTH
-            )
-            if bad is not None:
-                raise ValueError(str(bad))
-            result_digest = digest(outcome.result)
-        except (ValueError, TypeError) as exc:  # ... or not JSON at all
-            outcome = ToolOutcome.failed("TOOL_RESULT_INVALID", f"the tool's result cannot be stored: {exc}")
-            result_digest = digest(outcome.result)
-    invocation = ToolInvocation(
-        call=call,
-        domain=tool.domain if tool else None,
-        status=outcome.status,
-        result=outcome.result,
-        args_digest=digest(call.args),
-        result_digest=result_digest,
-        suspension=outcome.suspension,
-        approval=inputs.approval,
-    )
-    hooks.tool_call_done(invocation, started_ns)
-    return invocation, outcome
-
-
-TOOL_REJECTED = "TOOL_REJECTED"
-# A tool with no timeout of its own still tells its handler when the round wants it done.
-DEFAULT_TOOL_DEADLINE_S = 300.0
-
-
-def _tool_outcome(
-    deps: OrchestratorDeps, state: RunState, tool: Tool, call: ToolCall, inputs: ToolInputs, hooks: RoundHooks
-) -> ToolOutcome:
-    """One call, in order: an answer given for it (its result), a rejection, its args
-    (as approved, maybe edited), the approval gate, the at-most-once record, the handler."""
-    answer, approval = inputs.answer, inputs.approval
-    if answer is not None and answer.kind == "result":
-        status = ToolStatus.FAILED if answer.is_error else ToolStatus.COMPLETED
-        return ToolOutcome(status, answer.value, answer.value)
-    if approval is not None and approval.kind == "reject":
-        return ToolOutcome.failed(TOOL_REJECTED, f"a person rejected this call: {approval.reason or 'no reason given'}")
-    given = approval.value if approval is not None and approval.value is not None else call.args
-    try:
-        args = tool.parse_args(given if isinstance(given, dict) else {})
-    except ToolArgsInvalid as exc:
-        return ToolOutcome.failed(TOOL_ARGS_INVALID, f"{exc.path or 'args'}: {exc.message}")
-    if approval is None and needs_approval(deps.policy.require_approval, call.name):
-        return ToolOutcome.suspended(ToolSuspension("approval"))
-    ctx = ToolContext(
-        run_id=state.run_id or UUID(int=0),
-        boundary_seq=state.boundary_seq,
-        tool_call_id=call.id,
-        attempt=state.attempt,
-        owner=state.work_owner,
-        idempotency_key=idempotency_key(state, call),
-        deadline=time.time() + (tool.timeout_s or DEFAULT_TOOL_DEADLINE_S),
-        inputs=inputs,
-    )
-    if tool.effect != ToolEffect.AT_MOST_ONCE:
-        return tool.run(args, ctx)
-    retry_of = answer.wait_id if answer is not None and answer.kind == "retry" else None
-    prior = hooks.tool_call_starting(call, ctx, retry_of=retry_of)
-    if prior is not None:
-        if prior.status is not None:  # it ran to its end before: that is its result
-            return ToolOutcome(prior.status, prior.result, prior.result)
-        verified = tool.check(args, ctx)
-        if verified is not None:
-            return ToolOutcome.completed(verified)
-        return ToolOutcome.suspended(ToolSuspension("outcome_unknown", reason=UNKNOWN_AFTER_CRASH))
-    try:
-        outcome = tool.run(args, ctx)
-    except ToolTimedOut as exc:
-        # No end is recorded: the handler may still be running (a thread cannot be
-        # stopped) and may yet do its effect. Recording this suspension would clear the
-        # start, as for a handler that waited for input, and a re-executed round would
-        # run the handler again.
-        return ToolOutcome.suspended(
-            ToolSuspension("outcome_unknown",
-                           reason=str(exc) or f"it did not finish within its timeout of {tool.timeout_s} s")
-        )
-    hooks.tool_call_finished(call, outcome)
-    return outcome
-
-
 # The waits someone answers about the call itself (its args are shown to them).
 ANSWERED_KINDS = frozenset({"client_tool", "approval", "outcome_unknown"})
 
 
-UNKNOWN_AFTER_CRASH = "an earlier execution of this call started and never recorded its end"
-
-
-def needs_approval(require_approval: Sequence[str], name: str) -> bool:
-    return "*" in require_approval or name in require_approval
-
-
-def idempotency_key(state: RunState, call: ToolCall) -> str:
-    """The same for every execution of one call of one run, different for any other."""
-    return digest({"idempotency": str(state.run_id), "boundary": state.boundary_seq, "call": call.id})[:32]
-
-
-def with_unique_call_ids(response: ModelResponse, state: RunState) -> ModelResponse:
-    """The response with every tool call id unique in the run's context: a provider that
-    reuses an id (some local servers number calls per response) would otherwise pair two
-    results with one call, and a run's invocations are keyed by id. A reused id becomes
-    ``<id>_<round>_<index>`` (deterministic, so a re-executed round names it alike; the
-    provider sees the new id in the history from then on). An id reused from before a
-    context rebuild is caught by the database and fails the run (MODEL_TOOL_CALL_ID_REUSED)."""
-    if not response.tool_calls:
-        return response
-    used = {c.id for m in state.history if m.tool_calls for c in m.tool_calls}
-    calls = []
-    for i, call in enumerate(response.tool_calls):
-        call_id = call.id
-        while call_id in used:
-            call_id = f"{call_id}_{state.boundary_seq}_{i}"
-        used.add(call_id)
-        calls.append(call if call_id == call.id else ToolCall(call_id, call.name, call.args))
-    return replace(response, tool_calls=tuple(calls))
-
-
-def invocation_id_for(state: RunState, call: ToolCall) -> str:
-    """Deterministic per claim: a re-executed round (new fence) gets new ids."""
-    return digest(
-        {"run": str(state.run_id), "boundary": state.boundary_seq, "call": call.id, "fence": state.claim_fence}
-    )[:32]
-
-
-def with_call_projection(
-    deps: OrchestratorDeps, state: RunState, invocation: ToolInvocation, round_proof: str
-) -> ToolInvocation:
-    projection = deps.proofs.issue_tool_call(
-        run_id=str(state.run_id),
-        boundary_seq=state.boundary_seq,
-        claim_fence=state.claim_fence,
-        tool_call_id=invocation.call.id,
-        tool_domain=str(invocation.domain),
-        args_digest=invocation.args_digest,
-        invocation_id=invocation_id_for(state, invocation.call),
-        work_owner=state.work_owner,
-        round_proof=round_proof,
-        suspension_digest=invocation.suspension.proof_digest() if invocation.suspension else None,
-    )
-    return replace(invocation, projection=projection)
 
 
 def close_tool_round(

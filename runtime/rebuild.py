@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from runtime.canonical import canonical_json, digest
 from runtime.context import context_chain
 from runtime.errors import AidaworkError, ModelError
-from runtime.loop import RoundHooks
+from runtime.hooks import RoundHooks
 from runtime.messages import Message
 from runtime.models.base import ModelClient, ModelRequest
 from schema.wire.rebuild import ChainBuild, RebuildCandidate, ReservationPlan, SourceMessage

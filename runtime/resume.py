@@ -16,11 +16,13 @@ from uuid import UUID
 
 from runtime.deps import OrchestratorDeps
 from runtime.errors import AidaworkError
-from runtime.loop import Appender, NoHooks, RoundHooks, close_tool_round, run_tool, with_call_projection
+from runtime.hooks import NoHooks, RoundHooks
+from runtime.loop import Appender, close_tool_round
 from runtime.messages import ToolCall
 from runtime.outcomes import RoundDigests, RoundEvent, RoundResult
 from runtime.proofs import ProofAuthority
 from runtime.state import RunState
+from runtime.tool_calls import run_tool, with_call_projection
 from runtime.tools import ToolInputs, ToolSuspension
 from schema.wire import EventKind, OriginalToolRoundResume
 from schema.wire.vocab import ToolStatus

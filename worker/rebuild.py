@@ -20,7 +20,7 @@ import structlog
 
 from runtime.context import context_chain
 from runtime.deps import OrchestratorDeps
-from runtime.loop import RoundHooks
+from runtime.hooks import RoundHooks
 from runtime.proofs import ProjectionRefused
 from runtime.rebuild import (
     RebuildCandidate,

@@ -27,7 +27,8 @@ from runtime.canonical import MAX_RESULT_DEPTH, json_problem
 from runtime.context import loaded_context
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelError, ModelUnavailable, RequestInvalid
-from runtime.loop import RoundHooks, drive_react_loop
+from runtime.hooks import RoundHooks
+from runtime.loop import drive_react_loop
 from runtime.messages import ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.outcomes import Continue, RebuildRequired, RoundResult, Suspend, ToolInvocation

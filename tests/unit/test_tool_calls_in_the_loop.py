@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runtime.deps import build_runtime
-from runtime.loop import TOOL_REJECTED, UNKNOWN_AFTER_CRASH, Suspend, drive_react_loop, idempotency_key
+from runtime.loop import Suspend, drive_react_loop
 from runtime.messages import ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.outcomes import RoundResult, ToolInvocation
@@ -20,6 +20,7 @@ from runtime.prepare import prepare_execution
 from runtime.resume import StoredSuspension, resume_original_tool_round
 from runtime.run_deps import OrchestratorDeps
 from runtime.state import RunState
+from runtime.tool_calls import TOOL_REJECTED, UNKNOWN_AFTER_CRASH, idempotency_key
 from runtime.tools import PriorExecution, Tool, ToolAnswer, ToolContext, ToolInputs, ToolOutcome, tool
 from schema.wire import OriginalToolRoundResume
 from schema.wire.vocab import ToolStatus

@@ -3,17 +3,13 @@ reads the environment. Errors name the variable."""
 
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
-    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -21,55 +17,18 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from runtime.config import DEFAULT_KEY_REF, KEY_REF_PATTERN, check_base_url
-from runtime.models.keys import ANY_OWNER, clean_key
+from runtime.models.keys import clean_key
 from runtime.toolsets.mcp_config import McpServerConfig, parse_mcp_servers
-from schema.wire import RunRequest
 from worker.rate_limit_rules import RateLimit, parse_rate_limits
+from worker.settings_values import ModelKeyEntry, json_setting, parse_api_tokens
 from worker.webhooks.policy import parse_prefixes
 
 ENV_PREFIX = "AIDAWORK_"
 FAILPOINTS = frozenset(
     {"after_claim", "in_model_call", "after_model_call", "in_tool_call", "after_commit", "after_enqueue"}
 )
-MIN_API_TOKEN_CHARS = 16
-# An API token's owner is stored as runs.owner: the same rules as a run request's owner.
-_OWNER = TypeAdapter(Annotated[str, RunRequest.model_fields["owner"]])
-
-
 class SettingsError(Exception):
     """A setting in the environment is missing or invalid; the message names it."""
-
-
-class ModelKeyEntry(BaseModel):
-    """One entry of ``AIDAWORK_MODEL_KEYS`` in its full form: the key and the owners
-    whose runs may use it (``["*"]``: every owner, shared on purpose)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
-
-    key: SecretStr
-    owners: list[str] = Field(min_length=1)
-
-    @field_validator("owners")
-    @classmethod
-    def _owners(cls, value: list[str]) -> list[str]:
-        for owner in value:
-            if owner != ANY_OWNER:
-                try:
-                    _OWNER.validate_python(owner)
-                except ValidationError:
-                    raise ValueError(f"{owner!r} is not a valid owner (letters, digits, ._:@-; 1-128) or '*'") from None
-        return value
-
-
-def _json_setting(value: Any, expected: str) -> Any:
-    """A JSON-valued setting, parsed here rather than by pydantic-settings, so that
-    invalid JSON is a validation error naming the variable, not a traceback."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value) if value.strip() else None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg} at position {exc.pos}); expected {expected}") from None
 
 
 class Settings(BaseSettings):
@@ -335,7 +294,7 @@ class Settings(BaseSettings):
     @field_validator("model_keys", mode="before")
     @classmethod
     def _key_json(cls, value: Any) -> Any:
-        parsed = _json_setting(value, '{"name": {"key": "...", "owners": ["owner"]}}')
+        parsed = json_setting(value, '{"name": {"key": "...", "owners": ["owner"]}}')
         return {} if parsed is None else parsed
 
     @field_validator("model_keys")
@@ -356,7 +315,7 @@ class Settings(BaseSettings):
     @field_validator("model_base_urls", mode="before")
     @classmethod
     def _url_json(cls, value: Any) -> Any:
-        parsed = _json_setting(value, '["https://host/v1", ...]')
+        parsed = json_setting(value, '["https://host/v1", ...]')
         return [] if parsed is None else parsed
 
     @field_validator("model_base_urls")
@@ -367,7 +326,7 @@ class Settings(BaseSettings):
     @field_validator("model_rate_limits", mode="before")
     @classmethod
     def _rate_limits_json(cls, value: Any) -> Any:
-        return parse_rate_limits(_json_setting(value, '{"API_KEY_REF/MODEL": {"requests_per_minute": N}}'))
+        return parse_rate_limits(json_setting(value, '{"API_KEY_REF/MODEL": {"requests_per_minute": N}}'))
 
     @model_validator(mode="after")
     def _rate_limits_need_redis(self) -> Settings:
@@ -378,7 +337,7 @@ class Settings(BaseSettings):
     @field_validator("mcp_servers", mode="before")
     @classmethod
     def _mcp_json(cls, value: Any) -> Any:
-        return parse_mcp_servers(_json_setting(value, '{"name": {"command": "...", "args": [...]} or {"url": "..."}}'))
+        return parse_mcp_servers(json_setting(value, '{"name": {"command": "...", "args": [...]} or {"url": "..."}}'))
 
     @property
     def named_model_keys(self) -> dict[str, tuple[SecretStr, list[str]]]:
@@ -419,28 +378,6 @@ class Settings(BaseSettings):
     @property
     def heartbeat_interval_s(self) -> float:
         return self.lease_s / 3
-
-
-def parse_api_tokens(raw: str) -> dict[str, str]:
-    """Parse AIDAWORK_API_TOKENS. Error messages never contain a token."""
-    try:
-        data = json.loads(raw) if raw.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg} at position {exc.pos}); expected {{token: owner}}") from None
-    if not isinstance(data, dict):
-        raise ValueError("expected a JSON object {token: owner}")
-    for i, (token, owner) in enumerate(data.items()):
-        if len(token) < MIN_API_TOKEN_CHARS or token != token.strip() or any(c.isspace() for c in token):
-            raise ValueError(f"token #{i + 1} must be at least {MIN_API_TOKEN_CHARS} characters, without spaces")
-        if not isinstance(owner, str):
-            raise ValueError(f"the owner of token #{i + 1} must be a string")
-        try:
-            _OWNER.validate_python(owner)
-        except ValidationError:
-            raise ValueError(
-                f"the owner of token #{i + 1} ({owner!r}) is not a valid owner (letters, digits, ._:@-; 1-128)"
-            ) from None
-    return dict(data)
 
 
 def load_settings() -> Settings:

@@ -25,8 +25,9 @@ from tests.support.suspensions import (
     suspended_run,
 )
 from worker import client
+from worker.ledger import LedgerHooks
 from worker.resume import execute_resume
-from worker.round import LedgerHooks, RoundDisposition, run_claimed
+from worker.round import RoundDisposition, run_claimed
 
 # --- durable local reads: where the bodies are, and what the status shows ---------------------------
 

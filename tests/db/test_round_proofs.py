@@ -30,7 +30,8 @@ from tests.support.suspensions import (
     submit,
 )
 from worker import round as round_mod
-from worker.round import LedgerHooks, RoundDisposition, execute_round, run_claimed
+from worker.ledger import LedgerHooks
+from worker.round import RoundDisposition, execute_round, run_claimed
 
 # --- proofs of rounds ------------------------------------------------------------------------------
 

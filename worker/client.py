@@ -25,15 +25,17 @@ from runtime.deps import client_tool
 from runtime.errors import RequestInvalid
 from runtime.prepare import format_loc, parse_turn_config, prepare_execution
 from runtime.tools import Tool, ToolArgsInvalid
+from schema.store import answers as answer_store
 from schema.store import budgets as budget_store
 from schema.store import events as event_store
 from schema.store import limits as limit_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
+from schema.store.answers import Answer, WaitingCall
 from schema.store.errors import IdempotencyKeyReused as IdempotencyKeyReused
 from schema.store.errors import RootBusy as RootBusy
 from schema.store.runs import Submitted
-from schema.store.suspensions import Answer, Receipt, WaitingCall
+from schema.store.suspensions import Receipt
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
 from schema.wire.owners import OwnerLimits, OwnerLimitsChange, check_owner_name
 from schema.wire.vocab import ToolAnswerKind
@@ -160,7 +162,7 @@ def resolve(run_id: UUID, key: str, value: Any, *, ctx: ClientContext | None = N
 
 def _answer(ctx: ClientContext | None, run_id: UUID, tool_call_id: str, answer: Answer) -> Receipt:
     ctx = ctx or get_client_context()
-    receipt = suspension_store.answer_tool_call(ctx.engine, run_id, tool_call_id, answer)
+    receipt = answer_store.answer_tool_call(ctx.engine, run_id, tool_call_id, answer)
     return _resume(ctx, run_id, receipt)
 
 
@@ -203,7 +205,7 @@ def reject(run_id: UUID, tool_call_id: str, *, reason: str, ctx: ClientContext |
 
 
 def _check_edited_args(ctx: ClientContext, run_id: UUID, tool_call_id: str, args: dict[str, Any]) -> None:
-    waiting = suspension_store.waiting_call(ctx.engine, run_id, tool_call_id)
+    waiting = answer_store.waiting_call(ctx.engine, run_id, tool_call_id)
     if waiting is None or waiting.kind != "approval":
         return  # not waiting for an approval: the store refuses it, saying why
     tool = _tool_of(ctx, waiting)

@@ -22,8 +22,8 @@ from runtime.outcomes import RoundDigests
 from runtime.prepare import invalid_from
 from runtime.resume import ResumeRefused, StoredSuspension, check_resumes, resume_original_tool_round
 from runtime.tools import LocalFile, ToolAnswer, ToolInputs, ToolSuspension
+from schema.store.answers import Answer
 from schema.store.resumes import SuspendedCall, SuspensionMaterial
-from schema.store.suspensions import Answer
 from schema.wire import OriginalToolRoundResume
 from worker.bootstrap import WorkerContext
 from worker.round import RoundDisposition, log_refused_claim, run_claimed

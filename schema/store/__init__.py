@@ -10,7 +10,9 @@ that never commits, so a caller can compose several of them in one transaction o
 - ``runs``: submit a run, end it outside a round (fail a held run, cancel), its view
 - ``claims``: the claim of a run for a round or a resume, and why a claim was refused
 - ``rounds``: the model-call ledger and the one-statement commit of a round
-- ``suspensions``: what a suspended round waits for, deliveries, what a resume needs
+- ``suspensions``: what a suspended round waits for, deliveries, when a run is ready
+- ``answers``: answers to suspended calls (a client tool's result, an approval, ...)
+- ``resumes``: what a resume reads (the suspended round, its calls, their inputs)
 - ``rebuilds``: context rebuilds (reservation, candidate, admission)
 - ``leases``: heartbeat, release, and the reconciler's query
 - ``workers``: the registry of worker processes

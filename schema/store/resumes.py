@@ -11,7 +11,8 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
-from schema.store.suspensions import Answer, resume_of, suspended_calls
+from schema.store.answers import Answer
+from schema.store.suspensions import resume_of, suspended_calls
 from schema.store.tx import run_transaction
 from schema.wire import OriginalToolRoundResume
 from schema.wire.claim import StoredRound

@@ -76,6 +76,15 @@ ORDER BY ti.id
 )
 
 
+# The waits answered about the call itself, and the answers each takes.
+ANSWERS_FOR: dict[str, frozenset[str]] = {
+    "client_tool": frozenset({ToolAnswerKind.RESULT}),
+    "outcome_unknown": frozenset({ToolAnswerKind.RESULT, ToolAnswerKind.RETRY}),
+    "approval": frozenset({ToolAnswerKind.APPROVE, ToolAnswerKind.REJECT}),
+}
+ANSWERED_KINDS = frozenset(ANSWERS_FOR)
+
+
 def suspended_calls(conn: Connection, run_id: UUID) -> list[Any]:
     return list(conn.execute(_SUSPENDED_CALLS_SQL, {"run_id": run_id}))
 
@@ -118,7 +127,7 @@ def _shown_args(row: Any) -> Any:
     return approval["args"] if approval.get("decision") == "approve" and "args" in approval else row.args
 
 
-def _lock_run(conn: Connection, run_id: UUID) -> Any:
+def lock_run(conn: Connection, run_id: UUID) -> Any:
     row = conn.execute(
         text("SELECT status, boundary_seq FROM runs WHERE id = :id FOR UPDATE"), {"id": run_id}
     ).one_or_none()
@@ -127,12 +136,12 @@ def _lock_run(conn: Connection, run_id: UUID) -> Any:
     return row
 
 
-def _refuse_if_ended(run_id: UUID, run: Any) -> None:
+def refuse_if_ended(run_id: UUID, run: Any) -> None:
     if run.status in ("completed", "failed", "cancelled"):
         raise DeliveryRefused(run_id, f"the run has ended ({run.status}); it waits for nothing", "run_id")
 
 
-def _ready_resumes(
+def ready_resumes(
     conn: Connection, run_id: UUID, run: Any, event: dict[str, Any], event_kind: str = "input_delivered"
 ) -> list[OriginalToolRoundResume]:
     """Record the event; if the round has all its inputs now, make the run ready to
@@ -177,7 +186,7 @@ SELECT resumed FROM upd
 def deliver_local_read_txn(
     conn: Connection, run_id: UUID, tool_call_id: str, files: dict[str, str], *, max_file_bytes: int
 ) -> Receipt:
-    run = _lock_run(conn, run_id)
+    run = lock_run(conn, run_id)
     call = conn.execute(
         text(
             "SELECT status, suspension, boundary_seq FROM tool_invocations WHERE run_id = :id AND tool_call_id = :call"
@@ -210,7 +219,7 @@ def deliver_local_read_txn(
         if stored != digests:
             raise DeliveryRefused(run_id, f"different content was already delivered for {tool_call_id!r}", "files")
         return Receipt(stored=False, resumes=[])  # the same delivery again: nothing to do
-    _refuse_if_ended(run_id, run)
+    refuse_if_ended(run_id, run)
     if call.status != "suspended" or call.boundary_seq != run.boundary_seq:
         raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} is no longer waiting", "tool_call_id")
     conn.execute(
@@ -235,7 +244,7 @@ def deliver_local_read_txn(
         "kind": "local_read",
         "files": [{"path": p, "digest": d} for p, d in sorted(digests.items())],
     }
-    return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
+    return Receipt(stored=True, resumes=ready_resumes(conn, run_id, run, event))
 
 
 def deliver_local_read(
@@ -249,7 +258,7 @@ def deliver_local_read(
 
 
 def resolve_prerequisite_txn(conn: Connection, run_id: UUID, key: str, value: Any) -> Receipt:
-    run = _lock_run(conn, run_id)
+    run = lock_run(conn, run_id)
     existing = conn.execute(
         text("SELECT value FROM prerequisites WHERE run_id = :id AND key = :key"), {"id": run_id, "key": key}
     ).one_or_none()
@@ -257,7 +266,7 @@ def resolve_prerequisite_txn(conn: Connection, run_id: UUID, key: str, value: An
         if existing.value != value:
             raise DeliveryRefused(run_id, f"prerequisite {key!r} was already resolved with another value", "value")
         return Receipt(stored=False, resumes=[])
-    _refuse_if_ended(run_id, run)
+    refuse_if_ended(run_id, run)
     waiting = [
         c
         for c in suspended_calls(conn, run_id)
@@ -270,121 +279,13 @@ def resolve_prerequisite_txn(conn: Connection, run_id: UUID, key: str, value: An
         {"id": run_id, "key": key, "value": json.dumps(value)},
     )
     event = {"kind": "prerequisite", "key": key, "tool_call_ids": [c.tool_call_id for c in waiting]}
-    return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
+    return Receipt(stored=True, resumes=ready_resumes(conn, run_id, run, event))
 
 
 def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: Any) -> Receipt:
     return run_transaction(
         engine, lambda conn: resolve_prerequisite_txn(conn, run_id, key, value), name="resolve_prerequisite"
     )
-
-
-# The waits answered about the call itself, and the answers each takes.
-ANSWERS_FOR: dict[str, frozenset[str]] = {
-    "client_tool": frozenset({ToolAnswerKind.RESULT}),
-    "outcome_unknown": frozenset({ToolAnswerKind.RESULT, ToolAnswerKind.RETRY}),
-    "approval": frozenset({ToolAnswerKind.APPROVE, ToolAnswerKind.REJECT}),
-}
-ANSWERED_KINDS = frozenset(ANSWERS_FOR)
-_ANSWER_NAMES = {"result": "a result", "retry": "a retry", "approve": "an approval", "reject": "a rejection"}
-
-
-@dataclass(frozen=True)
-class Answer:
-    """An answer to one suspended call (``tool_answers``)."""
-
-    kind: ToolAnswerKind
-    value: Any = None
-    is_error: bool = False
-    reason: str | None = None
-
-
-def _given_before(conn: Connection, run_id: UUID, tool_call_id: str, given: tuple[Any, ...]) -> bool:
-    """Whether this very answer was given to the call before (for any of its waits)."""
-    earlier = conn.execute(
-        text("SELECT kind, value, is_error, reason FROM tool_answers WHERE run_id = :id AND tool_call_id = :call"),
-        {"id": run_id, "call": tool_call_id},
-    ).all()
-    return any(tuple(row) == given for row in earlier)
-
-
-def answer_tool_call_txn(conn: Connection, run_id: UUID, tool_call_id: str, answer: Answer) -> Receipt:
-    run = _lock_run(conn, run_id)
-    given = (str(answer.kind), answer.value, answer.is_error, answer.reason)
-    ended = run.status in ("completed", "failed", "cancelled")
-    call = None if ended else next((c for c in suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
-    if call is None:
-        # The same answer again after it was acted on (a client's retry that arrives after
-        # the resume, even after the run ended) changes nothing, like a delivery repeated.
-        if _given_before(conn, run_id, tool_call_id, given):
-            return Receipt(stored=False, resumes=[])
-        _refuse_if_ended(run_id, run)
-        raise DeliveryRefused(run_id, f"it is not waiting for tool call {tool_call_id!r}", "tool_call_id")
-    wait = call.suspension["kind"]
-    if answer.kind not in ANSWERS_FOR.get(wait, frozenset()):
-        raise DeliveryRefused(
-            run_id, f"tool call {tool_call_id!r} waits for {_WAITS[wait]}, not {_ANSWER_NAMES[answer.kind]}", "kind"
-        )
-    existing = conn.execute(
-        text("SELECT kind, value, is_error, reason FROM tool_answers WHERE run_id = :id AND invocation_id = :inv"),
-        {"id": run_id, "inv": call.invocation_id},
-    ).one_or_none()
-    if existing is not None:
-        if tuple(existing) != given:
-            raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} was already answered otherwise", "kind")
-        return Receipt(stored=False, resumes=[])  # the same answer again: nothing to do
-    conn.execute(
-        text(
-            "INSERT INTO tool_answers (run_id, invocation_id, tool_call_id, kind, value, is_error, reason) "
-            "VALUES (:id, :inv, :call, :kind, CAST(:value AS jsonb), :is_error, :reason)"
-        ),
-        {"id": run_id, "inv": call.invocation_id, "call": tool_call_id, "kind": str(answer.kind),
-         "value": None if answer.value is None else json.dumps(answer.value), "is_error": answer.is_error,
-         "reason": answer.reason},
-    )
-    event: dict[str, Any] = {"tool_call_id": tool_call_id, "kind": wait, "answer": str(answer.kind)}
-    if answer.kind == ToolAnswerKind.APPROVE and answer.value is not None:
-        event["args"] = answer.value
-    if answer.reason is not None:
-        event["reason"] = answer.reason
-    return Receipt(stored=True, resumes=_ready_resumes(conn, run_id, run, event))
-
-
-_WAITS = {"client_tool": "a client tool's result", "outcome_unknown": "an operator's word on an unknown outcome",
-          "approval": "an approval or a rejection", "local_read": "files", "prerequisite": "a prerequisite"}
-
-
-def answer_tool_call(engine: Engine, run_id: UUID, tool_call_id: str, answer: Answer) -> Receipt:
-    """Answer a suspended call: refused with nothing stored unless the run waits for this
-    kind of answer to this call; the same answer again changes nothing."""
-    return run_transaction(
-        engine, lambda conn: answer_tool_call_txn(conn, run_id, tool_call_id, answer), name="answer_tool_call"
-    )
-
-
-@dataclass(frozen=True)
-class WaitingCall:
-    """A suspended call of a run as the one answering it needs it: what it waits for, and
-    the run's owner and stored config (to find the call's tool and check edited args)."""
-
-    tool_name: str
-    kind: str
-    owner: str
-    config: dict[str, Any]
-
-
-def waiting_call(engine: Engine, run_id: UUID, tool_call_id: str) -> WaitingCall | None:
-    """The run's suspended call ``tool_call_id``, or None when the run waits for no such
-    call; ``RunNotFound`` for no such run. A read only: the answer is checked again, under
-    the run's lock, when it is stored."""
-    with engine.connect() as conn:
-        run = conn.execute(text("SELECT owner, config FROM runs WHERE id = :id"), {"id": run_id}).one_or_none()
-        if run is None:
-            raise RunNotFound(run_id)
-        call = next((c for c in suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
-    if call is None:
-        return None
-    return WaitingCall(call.tool_name, call.suspension["kind"], run.owner, run.config)
 
 
 def resume_if_ready_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoundResume]:
@@ -397,7 +298,7 @@ def resume_if_ready_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoun
     if not calls or not all(c.delivered for c in calls):
         return []
     event = {"tool_call_ids": [c.tool_call_id for c in calls], "reason": "inputs already delivered"}
-    return _ready_resumes(conn, run_id, run, event, "resume_ready")
+    return ready_resumes(conn, run_id, run, event, "resume_ready")
 
 
 def resume_if_ready(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResume]:

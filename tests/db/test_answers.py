@@ -1,5 +1,5 @@
 """Answers to suspended calls (``worker.client.tool_result`` / ``retry_tool`` / ``approve`` /
-``reject`` over ``schema.store.suspensions.answer_tool_call``): refused with nothing stored
+``reject`` over ``schema.store.answers.answer_tool_call``): refused with nothing stored
 unless the run waits for that kind of answer to that very call, idempotent when repeated,
 and acted on by the resume exactly as answered.
 
@@ -19,9 +19,10 @@ import pytest
 from sqlalchemy import text as sql
 
 from runtime.errors import RequestInvalid
+from schema.store.answers import Answer, answer_tool_call
 from schema.store.bodies import event_data_sql
 from schema.store.errors import RunNotFound
-from schema.store.suspensions import Answer, DeliveryRefused, answer_tool_call
+from schema.store.suspensions import DeliveryRefused
 from schema.wire.vocab import ToolAnswerKind
 from tests.support.db import rows
 from tests.support.requests import PICK_COLOR

@@ -8,11 +8,11 @@ import copy
 from typing import Any
 from uuid import UUID
 
+from schema.store.answers import Answer
 from schema.store.effects import ExecutionRecord
 from schema.store.resumes import SuspendedCall, SuspensionMaterial
 from schema.store.suspensions import (
     ANSWERS_FOR,
-    Answer,
     DeliveryRefused,
     Receipt,
     file_digest,

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from runtime.canonical import JSON
 from runtime.context import durable_local_read_context
-from runtime.tools.base import LocalFile, Tool, ToolContext, ToolEffect, ToolOutput, ToolRegistry
+from runtime.tools.base import Tool, ToolEffect, ToolRegistry
+from runtime.tools.calls import LocalFile, ToolContext, ToolOutput
 from schema.wire.vocab import ToolDomain
 
 # --- built-in tools for demos and tests ------------------------------------------------

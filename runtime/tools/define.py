@@ -19,7 +19,8 @@ from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from runtime.tools.base import NO_RETRY, Handler, Tool, ToolContext, ToolEffect, ToolRetry
+from runtime.tools.base import NO_RETRY, Handler, Tool, ToolEffect, ToolRetry
+from runtime.tools.calls import ToolContext
 from schema.wire.vocab import ToolDomain
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"

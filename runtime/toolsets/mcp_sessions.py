@@ -37,7 +37,8 @@ from mcp.types import Tool as McpTool
 from pydantic import ValidationError
 
 from runtime.canonical import JSON
-from runtime.tools.base import Tool, ToolContext, ToolEffect, ToolsetUnavailable, ToolTimedOut
+from runtime.tools.base import Tool, ToolEffect, ToolsetUnavailable, ToolTimedOut
+from runtime.tools.calls import ToolContext
 from runtime.toolsets.mcp import McpServerUnavailable, McpToolError, result_json, tool_of
 from runtime.toolsets.mcp_config import HttpServer, McpServerConfig, StdioServer, secret_values
 

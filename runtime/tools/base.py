@@ -1,5 +1,6 @@
 """A tool: a name, the JSON schema of its args (what the model sees), a domain, an effect
-and a handler; and what a handler is given (``ToolContext``) and may return.
+and a handler (what a handler is given, ``ToolContext``, and may return are in
+``runtime.tools.calls``); the registry of a process's tools.
 
 A tool's args are validated either by a pydantic model (built-in tools and ``@tool``
 functions) or by a JSON schema (MCP tools, client tools). A handler gets the validated

@@ -299,21 +299,27 @@ def budget_waiting_for(conn: Connection, run_id: UUID) -> list[WaitingFor]:
 # --- writing a budget (the ``aidawork owner set`` command has its own module) ---------------
 
 
+def set_owner_budget_txn(
+    conn: Connection, owner: str, token_budget: int | None, budget_window: str | None, on_budget: str = "fail"
+) -> list[tuple[UUID, int]]:
+    conn.execute(
+        text(
+            "INSERT INTO owners (owner, token_budget, budget_window, on_budget) VALUES (:o, :b, :w, :ob) "
+            "ON CONFLICT (owner) DO UPDATE SET token_budget = EXCLUDED.token_budget, "
+            "budget_window = EXCLUDED.budget_window, on_budget = EXCLUDED.on_budget, updated_at = now()"
+        ),
+        {"o": owner, "b": token_budget, "w": budget_window, "ob": on_budget},
+    )
+    return _wake_txn(conn, owner, 500)
+
+
 def set_owner_budget(
     engine: Engine, owner: str, token_budget: int | None, budget_window: str | None, on_budget: str = "fail"
 ) -> list[tuple[UUID, int]]:
     """Set (or, with ``None``, clear) the owner's budget, then wake its parked runs that
     may go on (returned for the caller to dispatch). The table's CHECKs refuse bad values."""
-
-    def txn(conn: Connection) -> list[tuple[UUID, int]]:
-        conn.execute(
-            text(
-                "INSERT INTO owners (owner, token_budget, budget_window, on_budget) VALUES (:o, :b, :w, :ob) "
-                "ON CONFLICT (owner) DO UPDATE SET token_budget = EXCLUDED.token_budget, "
-                "budget_window = EXCLUDED.budget_window, on_budget = EXCLUDED.on_budget, updated_at = now()"
-            ),
-            {"o": owner, "b": token_budget, "w": budget_window, "ob": on_budget},
-        )
-        return _wake_txn(conn, owner, 500)
-
-    return run_transaction(engine, txn, name="set_owner_budget")
+    return run_transaction(
+        engine,
+        lambda conn: set_owner_budget_txn(conn, owner, token_budget, budget_window, on_budget),
+        name="set_owner_budget",
+    )

@@ -350,26 +350,28 @@ def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, tuple[UUID, ...]]:
     )
 
 
+def end_interrupted_run_txn(conn: Connection, run_id: UUID, fence: int) -> tuple[bool, tuple[UUID, ...]]:
+    interrupter = conn.execute(
+        text("SELECT interrupted_by FROM runs WHERE id = :id AND claim_fence = :fence FOR UPDATE"),
+        {"id": run_id, "fence": fence},
+    ).scalar_one_or_none()
+    if interrupter is None:
+        return False, ()
+    code, message = cancel_message(RootPolicy.INTERRUPT, interrupter)
+    return end_run_txn(
+        conn, run_id, fence=fence, bump_fence=True, status=RunStatus.CANCELLED, error_code=code,
+        message=message, event_kind="run_cancelled",
+    )
+
+
 def end_interrupted_run(engine: Engine, run_id: UUID, fence: int) -> tuple[bool, tuple[UUID, ...]]:
     """End, cancelled, a run whose interrupt is pending and whose claim ``fence`` left it
     at a boundary without a commit (its holder died or gave it back; its next claim was
     refused). The fence is checked and bumped, so a holder of that claim cannot commit
     after it. Returns (ended, the queued runs to send)."""
-
-    def txn(conn: Connection) -> tuple[bool, tuple[UUID, ...]]:
-        interrupter = conn.execute(
-            text("SELECT interrupted_by FROM runs WHERE id = :id AND claim_fence = :fence FOR UPDATE"),
-            {"id": run_id, "fence": fence},
-        ).scalar_one_or_none()
-        if interrupter is None:
-            return False, ()
-        code, message = cancel_message(RootPolicy.INTERRUPT, interrupter)
-        return end_run_txn(
-            conn, run_id, fence=fence, bump_fence=True, status=RunStatus.CANCELLED, error_code=code,
-            message=message, event_kind="run_cancelled",
-        )
-
-    return run_transaction(engine, txn, name="end_interrupted_run")
+    return run_transaction(
+        engine, lambda conn: end_interrupted_run_txn(conn, run_id, fence), name="end_interrupted_run"
+    )
 
 
 # --- reading --------------------------------------------------------------------------------

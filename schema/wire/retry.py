@@ -1,5 +1,6 @@
 """Retry policy as data, and the one backoff every retry loop of the system uses (a
-transaction in ``schema.store.tx``, a provider call in ``runtime.models``). Task retries
+transaction in ``schema.store.tx``, a provider call in ``runtime.models``, a tool's own
+retries in ``runtime.tools``, a webhook delivery in ``worker.webhooks``). Task retries
 use Celery's own backoff (``worker.tasks``)."""
 
 from __future__ import annotations
@@ -24,5 +25,6 @@ class RetryPolicy:
 
 def backoff_s(attempt: int, policy: RetryPolicy, rand: Callable[[], float] = random.random) -> float:
     """The wait after failed attempt ``attempt`` (1-based), with jitter."""
-    ceiling: float = min(policy.cap_s, policy.base_s * 2.0 ** (max(attempt, 1) - 1))
+    # The exponent stops growing long after the cap is reached: 2.0 ** 1024 overflows.
+    ceiling: float = min(policy.cap_s, policy.base_s * 2.0 ** min(max(attempt, 1) - 1, 62))
     return ceiling * (0.5 + rand() / 2)

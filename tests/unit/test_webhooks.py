@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from runtime.deps import build_runtime
+from schema.wire.retry import RetryPolicy, backoff_s
 from tests.support.api import TOKEN, error_of
 from tests.support.requests import scripted_request
 from worker.api import create_app
@@ -67,6 +68,11 @@ def test_the_backoff_doubles_to_its_cap_with_half_of_each_step_random() -> None:
     assert highs == [1, 2, 4, 8, 16, 32, 60, 60]
     assert lows == [h / 2 for h in highs]
     assert retry_delay_s(10_000, base_s=1, max_s=60, rand=lambda: 1.0) == 60  # no overflow
+    # ... and it is the one backoff of the system, not a second one.
+    policy = RetryPolicy(base_s=1, cap_s=60)
+    for n, r in [(1, 0.3), (5, 0.9), (12, 0.5)]:
+        draw = (lambda value: lambda: value)(r)
+        assert retry_delay_s(n, base_s=1, max_s=60, rand=draw) == backoff_s(n, policy, draw)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from runtime.errors import RequestInvalid
+from schema.wire.retry import RetryPolicy, backoff_s
 
 SCHEMES = ("http", "https")
 
@@ -83,9 +84,9 @@ def url_origin(url: str) -> str:
 def retry_delay_s(
     attempt: int, *, base_s: float, max_s: float, rand: Callable[[], float] = random.random
 ) -> float:
-    """Seconds before the attempt after failed attempt number ``attempt`` (1-based):
-    exponential (base, 2 x base, 4 x base, ...) capped at ``max_s``, with "equal jitter"
-    (half fixed, half random), so receivers coming back are not hit by every retry at once
-    and no retry comes sooner than half its step."""
-    step = min(max_s, base_s * 2.0 ** min(attempt - 1, 62))
-    return step / 2 + step / 2 * rand()
+    """Seconds before the attempt after failed attempt number ``attempt`` (1-based): the
+    system's one backoff (``schema.wire.retry.backoff_s``): exponential (base, 2 x base,
+    4 x base, ...) capped at ``max_s``, with "equal jitter" (half fixed, half random), so
+    receivers coming back are not hit by every retry at once and no retry comes sooner
+    than half its step."""
+    return backoff_s(attempt, RetryPolicy(base_s=base_s, cap_s=max_s), rand)

@@ -4,25 +4,20 @@ the request it sends, the response it builds, its retries and its typed errors."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
-from runtime.config import AnthropicModelConfig
-from runtime.context import context_chain
 from runtime.errors import ModelInputRejection, ModelUnavailable
 from runtime.messages import Message, ToolCall, tool_message, user_message
-from runtime.models.anthropic import ANTHROPIC_VERSION, AnthropicModel, AnthropicProvider
-from runtime.models.base import ModelRequest, ModelResponse, Usage
-from runtime.models.keys import ModelKeys
+from runtime.models.anthropic import ANTHROPIC_VERSION
+from runtime.models.base import ModelResponse, Usage
 from runtime.models.provider_errors import ModelRequestRefused, ModelResponseInvalid
 from runtime.tools import builtin_registry
-from schema.wire.retry import RetryPolicy
+from tests.support.provider_clients import ANTHROPIC_KEY as KEY
+from tests.support.provider_clients import anthropic_client as client
+from tests.support.provider_clients import model_request as request
 from tests.support.providers import FakeProvider, Reply, anthropic_error, anthropic_reply
 
-KEY = "sk-ant-test-key"
-FAST_RETRY = RetryPolicy(max_attempts=4, base_s=0.01, cap_s=0.05)
 ADD_SPEC = builtin_registry().get("add").spec()  # type: ignore[union-attr]
 ECHO_SPEC = builtin_registry().get("echo").spec()  # type: ignore[union-attr]
 
@@ -32,31 +27,6 @@ def fake() -> Iterator[FakeProvider]:
     server = FakeProvider()
     yield server
     server.close()
-
-
-def client(base_url: str, *, key_ref: str | None = "default", **config: Any) -> AnthropicModel:
-    keys = ModelKeys(anthropic=SecretStr(KEY), base_urls=(base_url,))
-    cfg = AnthropicModelConfig.model_validate(
-        {"provider": "anthropic", "name": "claude-test", "base_url": base_url, "api_key_ref": key_ref, **config}
-    )
-    return AnthropicProvider(keys, retry=FAST_RETRY)(cfg, "team-a")
-
-
-def request(
-    messages: tuple[Message, ...] = (user_message("hi"),),
-    *,
-    system: str = "You add.",
-    tools: tuple[dict[str, Any], ...] = (),
-    timeout_s: float = 10.0,
-) -> ModelRequest:
-    return ModelRequest(
-        system=system,
-        messages=messages,
-        tools=tools,
-        messages_digest=context_chain(messages),
-        round_index=0,
-        timeout_s=timeout_s,
-    )
 
 
 ADD = ToolCall("toolu_a", "add", {"a": 2, "b": 3})

@@ -24,6 +24,9 @@ from runtime.prepare import prepare_execution
 from runtime.state import RunState
 from schema.wire import EventKind
 from tests.support.fakes import RecordingHooks
+from tests.support.provider_clients import anthropic_client, openai_client
+from tests.support.provider_clients import model_request as anthropic_request
+from tests.support.provider_clients import model_request as openai_request
 from tests.support.providers import (
     FakeProvider,
     Reply,
@@ -32,10 +35,6 @@ from tests.support.providers import (
     openai_error,
     openai_reply,
 )
-from tests.unit.test_provider_anthropic import client as anthropic_client
-from tests.unit.test_provider_anthropic import request as anthropic_request
-from tests.unit.test_provider_openai import client as openai_client
-from tests.unit.test_provider_openai import request as openai_request
 
 KEY = "sk-endings-key"
 

@@ -9,22 +9,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
-from runtime.config import OpenAIModelConfig
-from runtime.context import context_chain
 from runtime.errors import ModelError, ModelInputRejection, ModelUnavailable
 from runtime.messages import Message, ToolCall, tool_message, user_message
-from runtime.models.base import ModelRequest, ModelResponse, Usage
-from runtime.models.keys import ModelKeys
-from runtime.models.openai_compat import OpenAICompatModel, OpenAIProvider
+from runtime.models.base import ModelResponse, Usage
 from runtime.models.provider_errors import ModelRequestRefused, ModelResponseInvalid
-from runtime.tools import builtin_registry
-from schema.wire.retry import RetryPolicy
+from tests.support.provider_clients import ADD_SPEC, ECHO_SPEC
+from tests.support.provider_clients import OPENAI_KEY as KEY
+from tests.support.provider_clients import OPENAI_PARALLEL as PARALLEL
+from tests.support.provider_clients import model_request as request
+from tests.support.provider_clients import openai_client as client
 from tests.support.providers import FakeProvider, Reply, openai_error, openai_reply
-
-KEY = "sk-test-openai-key"
-FAST_RETRY = RetryPolicy(max_attempts=4, base_s=0.01, cap_s=0.05)
 
 
 @pytest.fixture
@@ -34,51 +29,6 @@ def fake() -> Iterator[FakeProvider]:
     server.close()
 
 
-def client(
-    base_url: str, *, key_ref: str | None = "default", retry: RetryPolicy = FAST_RETRY, **config: Any
-) -> OpenAICompatModel:
-    keys = ModelKeys(openai=SecretStr(KEY), base_urls=(base_url,))
-    cfg = OpenAIModelConfig.model_validate(
-        {"provider": "openai", "name": "gpt-test", "base_url": base_url, "api_key_ref": key_ref, **config}
-    )
-    return OpenAIProvider(keys, retry=retry)(cfg, "team-a")
-
-
-def request(
-    messages: tuple[Message, ...] = (user_message("hi"),),
-    *,
-    system: str = "You add.",
-    tools: tuple[dict[str, Any], ...] = (),
-    timeout_s: float = 10.0,
-    round_index: int = 0,
-) -> ModelRequest:
-    return ModelRequest(
-        system=system,
-        messages=messages,
-        tools=tools,
-        messages_digest=context_chain(messages),
-        round_index=round_index,
-        timeout_s=timeout_s,
-    )
-
-
-ADD_SPEC = builtin_registry().get("add").spec()  # type: ignore[union-attr]
-ECHO_SPEC = builtin_registry().get("echo").spec()  # type: ignore[union-attr]
-
-# A conversation with a parallel tool round: two calls, two results (one slimmed).
-PARALLEL = (
-    user_message("Add 2 and 3, and echo x."),
-    Message(
-        role="assistant",
-        content="Doing both.",
-        tool_calls=(
-            ToolCall("call_a", "add", {"a": 2, "b": 3}),
-            ToolCall("call_b", "echo", {"x": "é", "n": [1, 2]}),
-        ),
-    ),
-    tool_message(ToolCall("call_a", "add", {"a": 2, "b": 3}), {"sum": 5}),
-    Message(role="tool", tool_call_id="call_b", name="echo", content='{"x":"é"...[output truncated]'),
-)
 
 
 # --- request mapping -----------------------------------------------------------------------

@@ -16,7 +16,9 @@ from pydantic import TypeAdapter, ValidationError
 from runtime.config import AnthropicModelConfig, OpenAIModelConfig
 from runtime.models.anthropic import SAMPLING, messages_request_body
 from runtime.models.openai_compat import chat_request_body
-from tests.unit.test_provider_openai import ADD_SPEC, ECHO_SPEC, PARALLEL, request
+from tests.support.provider_clients import ADD_SPEC, ECHO_SPEC
+from tests.support.provider_clients import OPENAI_PARALLEL as PARALLEL
+from tests.support.provider_clients import model_request as request
 
 SCHEMA_FILE = Path(__file__).parents[1] / "support/schemas/openai_create_chat_completion_request.json"
 SCHEMA = json.loads(SCHEMA_FILE.read_text())

@@ -15,6 +15,9 @@ from runtime.errors import ModelOutputTruncated, ModelUnavailable
 from runtime.messages import ToolCall
 from runtime.models.base import ModelRequest, ModelResponse, Usage
 from runtime.models.scrub import REDACTED, ScrubbedDeltas
+from tests.support.provider_clients import ANTHROPIC_KEY, OPENAI_KEY, anthropic_client, openai_client
+from tests.support.provider_clients import model_request as anthropic_request
+from tests.support.provider_clients import model_request as openai_request
 from tests.support.providers import (
     FakeProvider,
     anthropic_reply,
@@ -23,12 +26,6 @@ from tests.support.providers import (
     openai_stream,
     sse,
 )
-from tests.unit.test_provider_anthropic import KEY as ANTHROPIC_KEY
-from tests.unit.test_provider_anthropic import client as anthropic_client
-from tests.unit.test_provider_anthropic import request as anthropic_request
-from tests.unit.test_provider_openai import KEY as OPENAI_KEY
-from tests.unit.test_provider_openai import client as openai_client
-from tests.unit.test_provider_openai import request as openai_request
 
 
 @pytest.fixture

@@ -32,7 +32,16 @@ from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire.route import MAX_PRIORITY, MIN_PRIORITY
 from worker.logging import configure_logging
 from worker.owner_cli import OwnerInputError, add_owner_parser
-from worker.processes import aidawork_version, cmd_api, cmd_beat, cmd_flower, cmd_migrate, cmd_worker
+from worker.processes import (
+    aidawork_version,
+    cmd_api,
+    cmd_beat,
+    cmd_flower,
+    cmd_migrate,
+    cmd_webhooks,
+    cmd_worker,
+    refuse_start,
+)
 from worker.retention import older_than_days_arg
 from worker.run_view_cli import cmd_status, cmd_watch
 from worker.settings import Settings, SettingsError, get_settings
@@ -56,9 +65,8 @@ _command: str | None = None  # the command main() runs: how _err reports
 
 def _err(message: str, code: int) -> int:
     if _command in PROCESS_COMMANDS:
-        structlog.get_logger("aidawork.cli").error("start_refused", command=_command, error=message, exit_code=code)
-    else:
-        print(f"aidawork: error: {message}", file=sys.stderr)
+        return refuse_start(_command, message, code)
+    print(f"aidawork: error: {message}", file=sys.stderr)
     return code
 
 
@@ -67,32 +75,6 @@ def _run_id(raw: str) -> UUID:
         return UUID(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a run id: {raw!r}") from None
-
-
-def cmd_webhooks(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
-    from schema.store.tx import make_engine
-    from worker.webhooks.deliverer import Deliverer
-
-    settings = get_settings()
-    if settings.webhook_secret is None:
-        return _err("AIDAWORK_WEBHOOK_SECRET is not set: deliveries are signed with it (16+ characters)", EXIT_INPUT)
-    stop = threading.Event()
-    # A stop finishes the attempts in flight (each bounded by its timeout), then exits.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    # One connection per delivery thread, one for claims and one that LISTENs.
-    engine = make_engine(
-        settings.database_url,
-        pool_size=settings.webhook_concurrency + 2,
-        prepared_statements=not settings.database_pgbouncer,
-    )
-    try:
-        Deliverer(engine, settings).run(stop)
-    finally:
-        engine.dispose()
-    return EXIT_OK
 
 
 def parse_json(text: str, what: str) -> Any:

@@ -1,12 +1,11 @@
-"""The long-running commands of ``aidawork``: migrate, worker, beat, flower, api (and
-``webhooks``, in ``worker.cli``).
+"""The long-running commands of ``aidawork``: migrate, worker, beat, flower, api, webhooks.
 
 Each writes only JSON log lines (``worker.logging``): the CLI configures logging before
 any of these runs, Celery is told to leave logging alone (``setup_logging`` has a
 receiver) and to print no banner (``--quiet``; the banner's facts are in the
 ``worker_started`` line instead), and Tornado (Flower) is told not to add its own handler
 (``--logging=none``; Flower's own banner is log lines, kept). A refusal to start is a
-JSON ``start_refused`` line (``worker.cli``).
+JSON ``start_refused`` line (``refuse_start``).
 """
 
 from __future__ import annotations
@@ -31,6 +30,13 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 log = structlog.get_logger("aidawork.cli")
+
+
+def refuse_start(command: str, message: str, code: int) -> int:
+    """A long-running command that will not start says why in one JSON line; ``code`` is
+    its exit code."""
+    log.error("start_refused", command=command, error=message, exit_code=code)
+    return code
 
 
 def aidawork_version() -> str:
@@ -206,4 +212,29 @@ def cmd_api(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     serve(create_app(settings), settings, host=args.host, port=args.port)
+    return 0
+
+
+def cmd_webhooks(args: argparse.Namespace) -> int:
+    from schema.store.tx import make_engine
+    from worker.webhooks.deliverer import Deliverer
+
+    settings = get_settings()
+    if settings.webhook_secret is None:
+        return refuse_start(
+            "webhooks", "AIDAWORK_WEBHOOK_SECRET is not set: deliveries are signed with it (16+ characters)", 2
+        )
+    stop = threading.Event()
+    # A stop finishes the attempts in flight (each bounded by its timeout), then exits.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # One connection per delivery thread, one for claims and one that LISTENs.
+    engine = make_engine(
+        settings.database_url,
+        pool_size=settings.webhook_concurrency + 2,
+        prepared_statements=not settings.database_pgbouncer,
+    )
+    try:
+        Deliverer(engine, settings).run(stop)
+    finally:
+        engine.dispose()
     return 0

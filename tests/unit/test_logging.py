@@ -60,6 +60,15 @@ def test_a_process_refused_at_start_says_why_in_one_json_line() -> None:
     assert done.stdout == ""
 
 
+def test_the_webhook_deliverer_without_its_secret_refuses_in_one_json_line() -> None:
+    done = _python("-m\0worker.cli\0webhooks")
+    assert done.returncode == 2
+    *_, refused = [json.loads(line) for line in done.stderr.splitlines()]  # after plugins_loaded
+    assert (refused["event"], refused["command"], refused["level"]) == ("start_refused", "webhooks", "error")
+    assert refused["error"].startswith("AIDAWORK_WEBHOOK_SECRET is not set")
+    assert done.stdout == ""
+
+
 def test_version_is_the_installed_package_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.main(["--version"])

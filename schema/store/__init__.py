@@ -17,6 +17,7 @@ that never commits, so a caller can compose several of them in one transaction o
 - ``leases``: heartbeat, release, and the reconciler's query
 - ``workers``: the registry of worker processes
 - ``owners``, ``events``: reads (owner-scoped for the HTTP API; a run's event log)
+- ``telemetry``: reads for the operator's metrics and traces
 - ``roots``, ``bodies``: named SQL fragments (a Root's order; a message or event as read)
 - ``tx``: the engine and the one transaction retry helper
 """

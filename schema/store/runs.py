@@ -223,23 +223,6 @@ def submit_run(
     return run_transaction(engine, txn, name="submit_run")
 
 
-# --- for the operator's metrics and traces ------------------------------------------------
-
-
-def count_runs_by_status(engine: Engine) -> dict[str, int]:
-    """How many runs are in each status (``aidawork_runs``; the API caches it briefly)."""
-    with engine.connect() as conn:
-        rows = conn.execute(text("SELECT status, count(*) AS n FROM runs GROUP BY status"))
-        return {r.status: int(r.n) for r in rows}
-
-
-def run_trace_context(engine: Engine, run_id: UUID) -> str | None:
-    """The W3C traceparent stored with the run at submit (None: not traced, or no run)."""
-    with engine.connect() as conn:
-        value = conn.execute(text("SELECT trace_context FROM runs WHERE id = :id"), {"id": run_id}).scalar_one_or_none()
-    return None if value is None else str(value)
-
-
 # --- ending a run outside a round ----------------------------------------------------------
 
 _END_RUN_SQL = text(

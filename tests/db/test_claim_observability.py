@@ -10,6 +10,7 @@ from runtime.prepare import prepare_execution
 from schema.store import claims as claim_store
 from schema.store import rounds as round_store
 from schema.store import runs as run_store
+from schema.store import telemetry
 from tests.support.requests import scripted_request
 from tests.support.store import HOLDER, RUNTIME, claim, expire_lease, record
 
@@ -21,7 +22,7 @@ def test_the_claim_returns_the_traceparent_stored_at_submit(engine: Engine) -> N
     run = run_store.submit_run(engine, request, prepared.turn_config.model_dump(mode="json"), TRACEPARENT)
     c = claim(engine, run.run_id)
     assert c is not None and c.trace_context == TRACEPARENT
-    assert run_store.run_trace_context(engine, run.run_id) == TRACEPARENT
+    assert telemetry.run_trace_context(engine, run.run_id) == TRACEPARENT
 
 
 def test_a_claim_after_a_holder_died_in_its_call_counts_that_call(engine: Engine) -> None:

@@ -43,7 +43,7 @@ def test_a_request_on_a_run_is_a_server_span_linked_to_the_runs_trace(monkeypatc
         asked.append(run_id)
         return f"00-{RUN_TRACE}-00f067aa0ba902b7-01"
 
-    monkeypatch.setattr(observe.run_store, "run_trace_context", stored)
+    monkeypatch.setattr(observe.telemetry, "run_trace_context", stored)
     exporter, provider = InMemorySpanExporter(), TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     context = type("Ctx", (), {"engine": None})

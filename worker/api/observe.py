@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schema.store import runs as run_store
+from schema.store import telemetry
 from worker.client_context import ClientContext
 from worker.observability.metrics import RunsCollector
 from worker.observability.tracing import links_to
@@ -35,7 +35,7 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 def install_metrics(app: FastAPI, context: Callable[[], ClientContext]) -> CollectorRegistry:
     registry = CollectorRegistry()
-    registry.register(RunsCollector(lambda: run_store.count_runs_by_status(context().engine)))
+    registry.register(RunsCollector(lambda: telemetry.count_runs_by_status(context().engine)))
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
@@ -79,7 +79,7 @@ class RequestSpans:
             return ()
         try:
             run_id = UUID(match.group(1))
-            trace_context = await run_in_threadpool(run_store.run_trace_context, self._context().engine, run_id)
+            trace_context = await run_in_threadpool(telemetry.run_trace_context, self._context().engine, run_id)
         except Exception:  # a bad id or an unavailable database: the route answers for it
             return ()
         return tuple(links_to(trace_context))

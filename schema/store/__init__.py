@@ -1,6 +1,7 @@
 """All SQL of the project, split by concern. Each public function that writes is one
 transaction (through ``tx.run_transaction``) around a module-level ``<verb>_txn(conn, ...)``
-that never commits, so a caller can compose several of them in one transaction of its own.
+that never commits, so a caller can compose several of them in one transaction of its own
+(a write that is one named statement, ``_PARK_SQL`` say, runs that statement instead).
 
 - ``store``: ``Store``, the operations the worker shell uses (claim, ledger, commit,
   release, fail, suspensions, rebuilds, dispatch_failed) bound to one engine; the worker's

@@ -24,6 +24,7 @@ from schema.store.suspensions import (
     suspended_calls,
 )
 from schema.store.tx import run_transaction
+from schema.wire import TERMINAL_STATUSES
 from schema.wire.vocab import ToolAnswerKind
 
 _ANSWER_NAMES = {"result": "a result", "retry": "a retry", "approve": "an approval", "reject": "a rejection"}
@@ -51,7 +52,7 @@ def _given_before(conn: Connection, run_id: UUID, tool_call_id: str, given: tupl
 def answer_tool_call_txn(conn: Connection, run_id: UUID, tool_call_id: str, answer: Answer) -> Receipt:
     run = lock_run(conn, run_id)
     given = (str(answer.kind), answer.value, answer.is_error, answer.reason)
-    ended = run.status in ("completed", "failed", "cancelled")
+    ended = run.status in TERMINAL_STATUSES
     call = None if ended else next((c for c in suspended_calls(conn, run_id) if c.tool_call_id == tool_call_id), None)
     if call is None:
         # The same answer again after it was acted on (a client's retry that arrives after

@@ -382,8 +382,8 @@ def get_run_view(engine: Engine, run_id: UUID, *, owner: str | None = None) -> R
         row = conn.execute(_RUN_VIEWS[owner is not None], {"run_id": run_id, "owner": owner}).one_or_none()
         if row is None:
             raise RunNotFound(run_id)
-        waiting = waiting_for(conn, run_id) if row.status in ("suspended", "running") else []
-        if row.status == "suspended":
+        waiting = waiting_for(conn, run_id) if row.status in (RunStatus.SUSPENDED, RunStatus.RUNNING) else []
+        if row.status == RunStatus.SUSPENDED:
             waiting = budget_waiting_for(conn, run_id) + waiting
         webhooks = deliveries_of(conn, run_id)
     return RunView.model_validate({**row._mapping, "waiting_for": waiting, "webhooks": webhooks})

@@ -22,9 +22,9 @@ from sqlalchemy import Connection, Engine, text
 from schema.store.errors import RunNotFound
 from schema.store.limits import at_capacity_sql
 from schema.store.tx import run_transaction
-from schema.wire import OriginalToolRoundResume, WaitingFor
+from schema.wire import TERMINAL_STATUSES, OriginalToolRoundResume, RunStatus, WaitingFor
 from schema.wire.errors import AidaworkError
-from schema.wire.vocab import ToolAnswerKind
+from schema.wire.vocab import ToolAnswerKind, ToolStatus
 
 
 class DeliveryRefused(AidaworkError):
@@ -137,7 +137,7 @@ def lock_run(conn: Connection, run_id: UUID) -> Any:
 
 
 def refuse_if_ended(run_id: UUID, run: Any) -> None:
-    if run.status in ("completed", "failed", "cancelled"):
+    if run.status in TERMINAL_STATUSES:
         raise DeliveryRefused(run_id, f"the run has ended ({run.status}); it waits for nothing", "run_id")
 
 
@@ -147,7 +147,7 @@ def ready_resumes(
     """Record the event; if the round has all its inputs now, make the run ready to
     resume and return the resumes."""
     calls = suspended_calls(conn, run_id)
-    ready = run.status == "suspended" and calls and all(c.delivered for c in calls)
+    ready = run.status == RunStatus.SUSPENDED and calls and all(c.delivered for c in calls)
     resumed = conn.execute(
         _READY_SQL,
         {"id": run_id, "ready": bool(ready), "kind": event_kind, "data": json.dumps(event)},
@@ -220,7 +220,7 @@ def deliver_local_read_txn(
             raise DeliveryRefused(run_id, f"different content was already delivered for {tool_call_id!r}", "files")
         return Receipt(stored=False, resumes=[])  # the same delivery again: nothing to do
     refuse_if_ended(run_id, run)
-    if call.status != "suspended" or call.boundary_seq != run.boundary_seq:
+    if call.status != ToolStatus.SUSPENDED or call.boundary_seq != run.boundary_seq:
         raise DeliveryRefused(run_id, f"tool call {tool_call_id!r} is no longer waiting", "tool_call_id")
     conn.execute(
         text(
@@ -292,7 +292,7 @@ def resume_if_ready_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoun
     run = conn.execute(
         text("SELECT status, boundary_seq FROM runs WHERE id = :id FOR UPDATE"), {"id": run_id}
     ).one_or_none()
-    if run is None or run.status != "suspended":
+    if run is None or run.status != RunStatus.SUSPENDED:
         return []
     calls = suspended_calls(conn, run_id)
     if not calls or not all(c.delivered for c in calls):

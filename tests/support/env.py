@@ -1,5 +1,5 @@
-"""Where the test services are, read once. Importing this module points the broker URL of
-anything imported later (``worker.app`` reads it) at the test Redis database.
+"""Where the test services are, read once. Nothing is set in the environment: the tests
+pass ``BROKER_URL`` (the test Redis database) to every ``Settings`` they build.
 
 ``AIDAWORK_TEST_REDIS_DB`` picks the Redis database (default 9); ``AIDAWORK_TEST_BROKER_URL``
 replaces the whole URL, e.g. with a closed port to prove a tier needs no Redis.

@@ -42,11 +42,10 @@ from runtime.state import RunState
 from runtime.tool_calls import run_tool, with_call_projection, with_unique_call_ids
 from runtime.tools import NO_INPUTS, ToolOutcome
 from schema.wire import EventKind
-from schema.wire.vocab import ToolStatus
+from schema.wire.vocab import ANSWERED_WAITS, ToolStatus
 
 MAX_ROUNDS_EXCEEDED = "MAX_ROUNDS_EXCEEDED"
 MODEL_RESPONSE_INVALID = "MODEL_RESPONSE_INVALID"
-
 
 
 @dataclass
@@ -187,12 +186,6 @@ def orchestrate(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks | Non
             return InProcessRun(outcome=result.outcome, rounds=state.boundary_seq, messages=state.history)
 
 
-# The waits someone answers about the call itself (its args are shown to them).
-ANSWERED_KINDS = frozenset({"client_tool", "approval", "outcome_unknown"})
-
-
-
-
 def close_tool_round(
     deps: OrchestratorDeps,
     state: RunState,
@@ -211,7 +204,7 @@ def close_tool_round(
         if invocation.status == ToolStatus.SUSPENDED:
             assert invocation.suspension is not None
             suspended = {"tool_call_id": call.id, "name": call.name, **invocation.suspension.to_json()}
-            if invocation.suspension.kind in ANSWERED_KINDS:  # whoever answers sees what was asked
+            if invocation.suspension.kind in ANSWERED_WAITS:  # whoever answers sees what was asked
                 # ... with the args a person approved, when they edited them (a client tool
                 # then runs with those).
                 approval = invocation.approval

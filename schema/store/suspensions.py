@@ -24,7 +24,7 @@ from schema.store.limits import at_capacity_sql
 from schema.store.tx import run_transaction
 from schema.wire import TERMINAL_STATUSES, OriginalToolRoundResume, RunStatus, WaitingFor
 from schema.wire.errors import AidaworkError
-from schema.wire.vocab import ToolAnswerKind, ToolStatus
+from schema.wire.vocab import ANSWERED_WAITS, ToolAnswerKind, ToolStatus
 
 
 class DeliveryRefused(AidaworkError):
@@ -76,13 +76,12 @@ ORDER BY ti.id
 )
 
 
-# The waits answered about the call itself, and the answers each takes.
+# The waits answered about the call itself (``ANSWERED_WAITS``), and the answers each takes.
 ANSWERS_FOR: dict[str, frozenset[str]] = {
     "client_tool": frozenset({ToolAnswerKind.RESULT}),
     "outcome_unknown": frozenset({ToolAnswerKind.RESULT, ToolAnswerKind.RETRY}),
     "approval": frozenset({ToolAnswerKind.APPROVE, ToolAnswerKind.REJECT}),
 }
-ANSWERED_KINDS = frozenset(ANSWERS_FOR)
 
 
 def suspended_calls(conn: Connection, run_id: UUID) -> list[Any]:
@@ -112,7 +111,7 @@ def waiting_for(conn: Connection, run_id: UUID) -> list[WaitingFor]:
             kind=row.suspension["kind"],
             paths=row.suspension.get("paths"),
             key=row.suspension.get("key"),
-            args=_shown_args(row) if row.suspension["kind"] in ANSWERED_KINDS else None,
+            args=_shown_args(row) if row.suspension["kind"] in ANSWERED_WAITS else None,
             reason=row.suspension.get("reason"),
             delivered=row.delivered,
         )

@@ -36,6 +36,12 @@ class ToolDomain(StrEnum):
     PLUGIN = "plugin"
 
 
+# The waits someone answers about the call itself (a client tool's result, a person's
+# approval, an operator's word on an unknown outcome): whoever answers is shown the call's
+# args. The core's events and the store's view of a run's waits both show them.
+ANSWERED_WAITS = frozenset({"client_tool", "approval", "outcome_unknown"})
+
+
 class ToolAnswerKind(StrEnum):
     """What someone outside said about a suspended call (``tool_answers.kind``)."""
 

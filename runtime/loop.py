@@ -161,14 +161,16 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         new.append(user_message(state.input))
     messages_digest = new.digest
     asked = request_digest(deps, messages_digest)
+    fresh = new.context()
     request = ModelRequest(
         system=deps.system_prompt,
-        messages=state.history + new.context(),
+        messages=state.history + fresh,
         tools=deps.tool_specs,
         messages_digest=messages_digest,
         round_index=state.boundary_seq,
         timeout_s=deps.policy.model_timeout_s,
         on_delta=hooks.model_delta_sink(),
+        known_message_tokens=state.tally.tokens + sum(m.token_count for m in fresh),
     )
     try:
         response = complete_turn(request, deps.policy.on_truncation, LedgeredCalls(deps, state, hooks, asked))
@@ -373,11 +375,12 @@ def with_unique_call_ids(response: ModelResponse, state: RunState) -> ModelRespo
     context rebuild is caught by the database and fails the run (MODEL_TOOL_CALL_ID_REUSED)."""
     if not response.tool_calls:
         return response
-    used = {c.id for m in state.history if m.tool_calls for c in m.tool_calls}
+    earlier = state.tally.call_ids
+    used: set[str] = set()
     calls = []
     for i, call in enumerate(response.tool_calls):
         call_id = call.id
-        while call_id in used:
+        while call_id in earlier or call_id in used:
             call_id = f"{call_id}_{state.boundary_seq}_{i}"
         used.add(call_id)
         calls.append(call if call_id == call.id else ToolCall(call_id, call.name, call.args))

@@ -38,7 +38,7 @@ def estimate_input_tokens(request: ModelRequest) -> int:
     """The request's input by ``Message.token_count``, plus the system prompt and the
     tool specs by the same 4-characters rule (the scripted model counts the first two)."""
     tools = _chars_to_tokens(len(canonical_json(list(request.tools)))) if request.tools else 0
-    return sum(m.token_count for m in request.messages) + _chars_to_tokens(len(request.system)) + tools
+    return request.message_tokens() + _chars_to_tokens(len(request.system)) + tools
 
 
 def max_output_tokens(model_config: Any) -> int:

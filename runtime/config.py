@@ -3,6 +3,7 @@ strictly from the run request's ``config`` object."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Union
 from urllib.parse import urlsplit
@@ -127,6 +128,19 @@ def _unset(name: str) -> dict[str, Any]:
     return {"properties": {name: {"type": "null"}}}
 
 
+# Model names whose provider refuses sampling parameters, matched whole. Not stated in
+# the JSON schema (an if/then on the name made generated clients, schemathesis among
+# them, build far fewer valid requests); the refusals have their own tests. OpenAI's
+# reasoning models (o1, o3-mini, o4-mini-2025-04-16, gpt-5, gpt-5-nano...) refuse a
+# temperature other than the default, some refuse the parameter outright.
+OPENAI_REASONING_MODEL = r"o\d+(?:-[a-z0-9-]+)?|gpt-5(?:-mini|-nano|-pro)?(?:-\d{4}-\d{2}-\d{2})?"
+# Anthropic's models from Claude Opus 4.7 on (a version 4.7 or higher, or 5 and up, in a
+# claude-<family>-<major>[-<minor>] name) refuse temperature and top_p ("deprecated for
+# this model"). Older names (claude-3-5-sonnet-..., claude-sonnet-4-5, claude-opus-4-6),
+# and names that are not Anthropic's, take them.
+ANTHROPIC_NO_SAMPLING_MODEL = r"claude-[a-z]+-(?:4-[7-9]|[5-9](?:-\d)?|[1-9]\d+(?:-\d)?)(?:-[a-z0-9-]*)?"
+
+
 class _HttpModelConfig(_Frozen):
     """Shared by the HTTP providers.
 
@@ -164,7 +178,9 @@ class OpenAIModelConfig(_HttpModelConfig):
     require; ``max_tokens`` is deprecated there). ``max_tokens`` is still accepted as the
     same limit; it is sent under its own name only with ``legacy_max_tokens: true``, for
     an OpenAI-compatible server that knows no ``max_completion_tokens``. Set one of the
-    two. ``temperature`` is sent only when set."""
+    two. ``temperature`` is sent only when set, and refused for OpenAI's reasoning models
+    (``OPENAI_REASONING_MODEL``: the o-series, ``gpt-5``, ``gpt-5-mini``, ``gpt-5-nano``, ``gpt-5-pro``),
+    which refuse any temperature but the default."""
 
     # ``_one_limit`` as JSON schema: at most one of the two limits is set (not null).
     model_config = ConfigDict(json_schema_extra={"anyOf": [_unset("max_tokens"), _unset("max_completion_tokens")]})
@@ -175,6 +191,16 @@ class OpenAIModelConfig(_HttpModelConfig):
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     legacy_max_tokens: bool = False
     temperature: float | None = Field(default=None, ge=0, le=2)
+
+    @field_validator("temperature")
+    @classmethod
+    def _no_sampling_for_reasoning_models(cls, value: float | None, info: ValidationInfo) -> float | None:
+        name = info.data.get("name")
+        if value is not None and isinstance(name, str) and re.fullmatch(OPENAI_REASONING_MODEL, name):
+            raise ValueError(
+                f"{name} takes no temperature: OpenAI's reasoning models refuse any but the default (leave it unset)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_limit(self) -> OpenAIModelConfig:
@@ -195,8 +221,9 @@ class AnthropicModelConfig(_HttpModelConfig):
     default that every current model accepts.
 
     Sampling, refused here when the API would refuse it (a conservative rule): a
-    ``temperature`` within 0-1 only, and never together with ``top_p`` (newer models
-    refuse both at once; set one)."""
+    ``temperature`` within 0-1 only, never together with ``top_p`` (newer models refuse
+    both at once; set one), and neither for the models that refuse both
+    (``ANTHROPIC_NO_SAMPLING_MODEL``: Claude Opus 4.7 and later)."""
 
     # ``_not_with_top_p`` as JSON schema: at most one of the two is set (not null).
     model_config = ConfigDict(json_schema_extra={"anyOf": [_unset("temperature"), _unset("top_p")]})
@@ -206,6 +233,17 @@ class AnthropicModelConfig(_HttpModelConfig):
     max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
     top_p: float | None = Field(default=None, ge=0, le=1)
     temperature: float | None = Field(default=None, ge=0, le=1)
+
+    @field_validator("top_p", "temperature")
+    @classmethod
+    def _sampling_by_model(cls, value: float | None, info: ValidationInfo) -> float | None:
+        name = info.data.get("name")
+        if value is not None and isinstance(name, str) and re.fullmatch(ANTHROPIC_NO_SAMPLING_MODEL, name):
+            raise ValueError(
+                f"{name} takes no {info.field_name}: Anthropic's models from Claude Opus 4.7 on refuse "
+                "sampling parameters (leave temperature and top_p unset)"
+            )
+        return value
 
     @field_validator("temperature")
     @classmethod

@@ -93,14 +93,16 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         new.append(user_message(state.input))
     messages_digest = new.digest
     asked = request_digest(deps, messages_digest)
+    fresh = new.context()
     request = ModelRequest(
         system=deps.system_prompt,
-        messages=state.history + new.context(),
+        messages=state.history + fresh,
         tools=deps.tool_specs,
         messages_digest=messages_digest,
         round_index=state.boundary_seq,
         timeout_s=deps.policy.model_timeout_s,
         on_delta=hooks.model_delta_sink(),
+        known_message_tokens=state.tally.tokens + sum(m.token_count for m in fresh),
     )
     try:
         response = complete_turn(request, deps.policy.on_truncation, LedgeredCalls(deps, state, hooks, asked))

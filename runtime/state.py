@@ -8,13 +8,35 @@ advances it with ``after``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from uuid import UUID
 
 from runtime.messages import Message
 from runtime.outcomes import RoundResult, Suspend
 from runtime.run_deps import OrchestratorDeps
 from schema.wire.claim import Claim, RecordedResponse
+
+
+@dataclass(frozen=True)
+class HistoryTally:
+    """What a round needs of its whole history, kept with it so that a long run's round
+    makes no pass over the history: the tool call ids in it, its summed
+    ``Message.token_count``, and how many messages it counts."""
+
+    call_ids: frozenset[str] = frozenset()
+    tokens: int = 0
+    length: int = 0
+
+    def plus(self, messages: Iterable[Message]) -> HistoryTally:
+        messages = tuple(messages)
+        if not messages:
+            return self
+        return HistoryTally(
+            self.call_ids.union(c.id for m in messages for c in m.tool_calls),
+            self.tokens + sum(m.token_count for m in messages),
+            self.length + len(messages),
+        )
 
 
 @dataclass(frozen=True)
@@ -46,6 +68,13 @@ class RunState:
     # The model response an earlier holder of this round accepted (the claim's): the round
     # goes on from it, without calling the model, if its request is the same.
     recorded_response: RecordedResponse | None = None
+    # The tally of ``history``: carried by ``replace`` and advanced by ``extended``; counted
+    # afresh at construction when missing or not of this history's length.
+    tally: HistoryTally = field(default=HistoryTally(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.tally.length != len(self.history):
+            object.__setattr__(self, "tally", HistoryTally().plus(self.history))
 
     @classmethod
     def start(cls, text: str) -> RunState:
@@ -69,7 +98,11 @@ class RunState:
         if not messages:
             return self
         return replace(
-            self, history=self.history + messages, last_position=last_position, history_digest=history_digest
+            self,
+            history=self.history + messages,
+            last_position=last_position,
+            history_digest=history_digest,
+            tally=self.tally.plus(messages),
         )
 
     def positional(self) -> tuple[Message, ...]:

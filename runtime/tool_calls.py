@@ -146,11 +146,12 @@ def with_unique_call_ids(response: ModelResponse, state: RunState) -> ModelRespo
     context rebuild is caught by the database and fails the run (MODEL_TOOL_CALL_ID_REUSED)."""
     if not response.tool_calls:
         return response
-    used = {c.id for m in state.history if m.tool_calls for c in m.tool_calls}
+    earlier = state.tally.call_ids
+    used: set[str] = set()
     calls = []
     for i, call in enumerate(response.tool_calls):
         call_id = call.id
-        while call_id in used:
+        while call_id in earlier or call_id in used:
             call_id = f"{call_id}_{state.boundary_seq}_{i}"
         used.add(call_id)
         calls.append(call if call_id == call.id else ToolCall(call_id, call.name, call.args))

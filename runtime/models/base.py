@@ -30,6 +30,14 @@ class ModelRequest:
     # Where a streaming model hands each piece of its text as it arrives (live only, never
     # stored; not part of any digest or proof). None: the caller wants the response only.
     on_delta: Callable[[str], None] | None = None
+    # Summed ``Message.token_count`` of ``messages`` when the caller keeps it (a run's
+    # state does); None: counted from the messages.
+    known_message_tokens: int | None = None
+
+    def message_tokens(self) -> int:
+        if self.known_message_tokens is not None:
+            return self.known_message_tokens
+        return sum(m.token_count for m in self.messages)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ class ScriptedModel:
         self._context_limit = config.context_limit_tokens
 
     def complete(self, request: ModelRequest) -> ModelResponse:
-        input_tokens = sum(m.token_count for m in request.messages) + (len(request.system) + 3) // 4
+        input_tokens = request.message_tokens() + (len(request.system) + 3) // 4
         if self._context_limit is not None and input_tokens > self._context_limit:
             raise ModelInputRejection(
                 f"the input is {input_tokens} tokens, over the context window of {self._context_limit}"

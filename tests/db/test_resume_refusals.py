@@ -9,7 +9,9 @@ against a snapshot of every table the feature touches: a refusal must change not
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import pytest
 from hypothesis import given, settings
@@ -18,19 +20,19 @@ from sqlalchemy import text
 
 from runtime.canonical import digest
 from runtime.resume import CHECKED_FIELDS, ResumeRefused
-from schema.store.suspensions import pending_resumes
 from schema.wire import OriginalToolRoundResume
 from tests.support.suspensions import (
-    READ_ONE,
     assert_unchanged,
     attempt,
     flip_last,
     forged_proof,
+    ready_approval,
+    ready_client_tool,
     ready_read_and_count,
     ready_read_one,
+    ready_unknown_outcome,
     resigned,
     snapshot,
-    suspended_run,
 )
 from worker.resume import execute_resume
 from worker.round import RoundDisposition
@@ -38,17 +40,28 @@ from worker.round import RoundDisposition
 # --- resume refusals: field by field ------------------------------------------------------------
 
 
-def test_each_altered_resume_field_is_refused_naming_it_and_nothing_changes(ctx) -> None:
-    _, (genuine,) = ready_read_one(ctx)
+# Every kind of wait a call can resume from: its input delivered, or its answer given.
+READY: dict[str, Callable[[Any, Path], tuple[UUID, list[OriginalToolRoundResume]]]] = {
+    "local_read": lambda ctx, _: ready_read_one(ctx),
+    "client_tool": ready_client_tool,
+    "approval": ready_approval,
+    "outcome_unknown": ready_unknown_outcome,
+}
+
+
+@pytest.mark.parametrize("kind", list(READY))
+def test_each_altered_resume_field_is_refused_naming_it_and_nothing_changes(ctx, kind: str, tmp_path: Path) -> None:
+    for name in ("genuine", "other"):
+        (tmp_path / name).mkdir()
+    _, (genuine,) = READY[kind](ctx, tmp_path / "genuine")
     # A second run suspended the same way: its ids, digests and proofs are genuine too.
-    other_run = suspended_run(ctx, READ_ONE, ["read_files"])
-    (other,) = pending_resumes(ctx.engine, other_run)
+    (other,) = READY[kind](ctx, tmp_path / "other")[1]
     altered_values: dict[str, Any] = {
         "run_id": other.run_id,
         "invocation_id": flip_last(genuine.invocation_id),
         "boundary_seq": 1,
         "tool_call_id": "call_0_1",
-        "tool_domain": "sdk",
+        "tool_domain": "desktop" if genuine.tool_domain != "desktop" else "sdk",
         "args_digest": digest({"paths": ["notes/other.txt"]}),
         "work_owner": "team-other",
         "claim_fence": genuine.claim_fence + 1,

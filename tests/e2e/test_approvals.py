@@ -8,6 +8,7 @@ nothing is stored."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -60,6 +61,10 @@ def test_approve_as_proposed_or_edited_and_reject_each_do_what_was_decided(
     (wait,) = client.status(as_proposed, ctx=ctx).waiting_for
     assert (wait.tool_call_id, wait.tool_name, wait.kind, wait.args) == (
         "call_0_0", "append_line", "approval", {"path": str(proposed), "text": "as proposed"})
+    shown = cli(db_url, "status", str(as_proposed), "--json")
+    assert shown.returncode == 0, shown.stderr
+    (listed,) = json.loads(shown.stdout)["waiting_for"]
+    assert (listed["tool_call_id"], listed["kind"], listed["args"]) == ("call_0_0", "approval", wait.args)
 
     # Edited args that fail the tool's schema: refused, naming the field; nothing stored.
     before = snapshot(ctx)

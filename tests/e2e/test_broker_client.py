@@ -3,6 +3,8 @@ and still publishes and consumes through a real Redis."""
 
 from __future__ import annotations
 
+import threading
+
 from kombu import Queue
 
 from tests.support.env import broker_app
@@ -15,6 +17,7 @@ def test_a_channel_reuses_its_redis_client_and_still_moves_messages(redis_clean:
         assert isinstance(channel, broker.Channel)
         first = channel._create_client()
         assert channel._create_client() is first  # not rebuilt per operation
+        assert first.connection is not None  # one connection of its own, not one per command
         queue = Queue("aidawork.test_broker_client", channel=channel)
         queue.declare()
         with conn.Producer(channel) as producer:
@@ -23,3 +26,31 @@ def test_a_channel_reuses_its_redis_client_and_still_moves_messages(redis_clean:
         got = [queue.get(no_ack=True).payload for _ in range(3)]
         queue.delete()
     assert got == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+def test_threads_sharing_a_channels_client_each_get_their_own_replies(redis_clean: None) -> None:
+    """The channel's one connection is shared by the round threads that publish on it:
+    each command's reply goes to the thread that sent it."""
+    with broker_app().connection_for_write() as conn:
+        client = conn.default_channel._create_client()
+        key = "aidawork.test_broker_client.shared"
+        client.delete(key)
+        lengths: list[list[int]] = [[] for _ in range(4)]
+
+        def push(mine: list[int], n: int) -> None:
+            for i in range(50):
+                client.rpush(key, f"{n}:{i}")
+                mine.append(int(client.llen(key)))
+
+        threads = [threading.Thread(target=push, args=(lengths[n], n)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        items = [item.decode() for item in client.lrange(key, 0, -1)]
+        client.delete(key)
+    assert sorted(items) == sorted(f"{n}:{i}" for n in range(4) for i in range(50))
+    # Every reply was a list length (never another thread's OK or item), and each
+    # thread saw the list grow.
+    for mine in lengths:
+        assert len(mine) == 50 and mine == sorted(mine) and all(1 <= x <= 200 for x in mine)

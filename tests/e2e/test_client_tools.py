@@ -7,6 +7,7 @@ model as a failed tool result."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 from uuid import UUID
@@ -66,6 +67,11 @@ def test_a_client_tools_result_from_the_cli_the_client_or_http_resumes_the_run_w
     needs = 'waiting: call_0_0 (pick_color) needs the client\'s result of pick_color({"hint": "warm"})'
     assert needs in shown.stdout
     assert f"answer with: aidawork tool-result {by_cli} call_0_0 --json VALUE" in shown.stdout
+    shown_json = cli(db_url, "status", str(by_cli), "--json")
+    assert shown_json.returncode == 0, shown_json.stderr
+    (listed,) = json.loads(shown_json.stdout)["waiting_for"]
+    assert {k: listed[k] for k in ("tool_call_id", "tool_name", "kind", "args")} == {
+        "tool_call_id": "call_0_0", "tool_name": "pick_color", "kind": "client_tool", "args": {"hint": "warm"}}
 
     # Refusals: nothing stored, no event, no resume.
     before = snapshot(ctx)

@@ -11,16 +11,25 @@ the crash is the same key, and another call's line has another."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import pytest
+
 from schema.store.bodies import event_data_sql
 from tests.support.cluster import Cluster, cli, events, wait_exit, wait_ready
-from tests.support.db import calls_per_boundary, rows, wait_suspended, wait_terminal
+from tests.support.db import calls_per_boundary, rows, run_row, wait_suspended, wait_terminal
+from tests.support.env import BROKER_URL, REPO
 from tests.support.requests import scripted_request
+from tests.support.wait import wait_until
 from worker import client
+from worker.client_context import build_client_context
 from worker.failpoints import EXIT_CODE
+from worker.settings import Settings
 
 CRASHING = ("a1", "a2", "a3")
 
@@ -76,6 +85,10 @@ def test_a_call_interrupted_after_its_effect_is_never_run_again_without_an_opera
         (suspended,) = rows(ctx.engine, f"SELECT {event_data_sql()} AS data FROM run_events AS e "
                             "WHERE run_id = :id AND kind = 'tool_suspended'", id=run_id)
         assert suspended["data"]["kind"] == "outcome_unknown" and suspended["data"]["args"] == wait.args
+        shown = cli(db_url, "status", str(run_id), "--json")
+        assert shown.returncode == 0, shown.stderr
+        (listed,) = json.loads(shown.stdout)["waiting_for"]
+        assert (listed["tool_call_id"], listed["kind"], listed["args"]) == ("call_0_0", "outcome_unknown", wait.args)
     # The re-executed rounds did not run the handlers again.
     assert (lines(told), lines(retried)) == ([told_line], [retried_line])
 
@@ -120,3 +133,51 @@ def test_a_call_interrupted_after_its_effect_is_never_run_again_without_an_opera
         # The re-executed round 0 went on from the recorded response: one model call per
         # boundary, the crash included.
         assert calls_per_boundary(ctx.engine, run_id) == {0: 1, 1: 1}
+
+
+SLOW = "slow_effect_plugin"  # tests/support/plugins: append_then_wait
+TEST_PLUGINS = REPO / "tests" / "support" / "plugins"
+
+
+def test_a_worker_sigkilled_inside_an_at_most_once_handler_leaves_one_effect_and_an_unknown_outcome(
+    cluster: Cluster, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A real SIGKILL while the handler runs (its line written, its return still to come),
+    # not a failpoint: the same outcome as above.
+    monkeypatch.syspath_prepend(str(TEST_PLUGINS))
+    plugged = build_client_context(Settings(database_url=db_url, broker_url=BROKER_URL, plugins=SLOW))
+    env = {"AIDAWORK_PLUGINS": SLOW, "PYTHONPATH": f"{TEST_PLUGINS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    try:
+        cluster.start_worker("a", concurrency=1, env=env)
+        cluster.start_beat()
+        wait_ready(cluster, "a")
+        out = tmp_path / "out.txt"
+        args = {"path": str(out), "text": "once", "wait_s": 3600}
+        turns = [{"tool_calls": [{"name": "append_then_wait", "args": args}]}, {"content": "written"}]
+        run_id = client.submit(scripted_request(turns, tools=["append_then_wait"]), ctx=plugged).run_id
+
+        (line,) = wait_until(lambda: lines(out), what="the handler's line")
+        cluster.kill("a")
+        assert cluster.procs["a"].returncode == -signal.SIGKILL
+        assert run_row(plugged.engine, run_id)["status"] == "running"  # round 0 never committed
+
+        cluster.start_worker("b", concurrency=1, env=env)
+        wait_suspended(plugged.engine, run_id)
+        (wait,) = client.status(run_id, ctx=plugged).waiting_for
+        assert (wait.tool_call_id, wait.tool_name, wait.kind, wait.args) == (
+            "call_0_0", "append_then_wait", "outcome_unknown", args)
+        # The re-executed round did not run the handler again, nor call the model again.
+        assert lines(out) == [line]
+        assert calls_per_boundary(plugged.engine, run_id) == {0: 1}
+        assert [e["claim_fence"] for e in events(cluster, "b", "round_claimed", run_id=run_id)] == [2]
+
+        client.tool_result(run_id, "call_0_0", {"appended": "once"}, ctx=plugged)
+        run = wait_terminal(plugged.engine, run_id)
+        assert (run["status"], run["output"]) == ("completed", "written"), run
+        assert lines(out) == [line]
+        assert calls_per_boundary(plugged.engine, run_id) == {0: 1, 1: 1}
+        # The handler was started once, by the worker that was killed.
+        assert rows(plugged.engine, "SELECT executions FROM tool_executions WHERE run_id = :id", id=run_id) == [
+            {"executions": 1}]
+    finally:
+        plugged.engine.dispose()

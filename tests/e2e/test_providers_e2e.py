@@ -40,7 +40,8 @@ CANARIES = (OPENAI_KEY, ANTHROPIC_KEY, NAMED_KEY, "canary-XYZ")
 def play(recorded: Recorded) -> Reply:
     """The model: add then answer; the model named ``echo-key`` instead refuses the request
     quoting the key it was sent, like a careless proxy; ``pause-claude`` pauses its turn
-    once, then answers; ``cut-gpt`` runs out of output tokens."""
+    once, then answers; ``cut-gpt`` and ``cut-claude`` run out of output tokens;
+    ``refuse-gpt`` refuses; ``filter-gpt`` is stopped by a content filter."""
     model = recorded.body.get("model") if isinstance(recorded.body, dict) else None
     if model == "echo-key":
         return openai_error(400, f"unsupported header value {recorded.headers.get('authorization')}")
@@ -51,6 +52,12 @@ def play(recorded: Recorded) -> Reply:
         return anthropic_reply("Working", stop_reason="pause_turn")
     if model == "cut-gpt":
         return openai_reply("The answer is", finish_reason="length")
+    if model == "cut-claude":
+        return anthropic_reply("The answer is", stop_reason="max_tokens")
+    if model == "refuse-gpt":
+        return openai_reply(None, refusal="I can't help with that.")
+    if model == "filter-gpt":
+        return openai_reply("", finish_reason="content_filter")
     return add_then_answer(recorded)
 
 
@@ -111,6 +118,9 @@ def test_tool_using_runs_complete_for_each_provider_and_no_key_is_logged_or_stor
         "echo": {"provider": "openai", "name": "echo-key", "base_url": f"{fake.url}/v1"},
         "pause": {"provider": "anthropic", "name": "pause-claude", "base_url": fake.url},
         "cut": {"provider": "openai", "name": "cut-gpt", "base_url": f"{fake.url}/v1"},
+        "cut-claude": {"provider": "anthropic", "name": "cut-claude", "base_url": fake.url},
+        "refused": {"provider": "openai", "name": "refuse-gpt", "base_url": f"{fake.url}/v1"},
+        "filtered": {"provider": "openai", "name": "filter-gpt", "base_url": f"{fake.url}/v1"},
     }
     runs = {label: client.submit(run_request(model), ctx=ctx).run_id for label, model in models.items()}
     views = {label: client.wait(run_id, ctx=ctx, timeout_s=WAIT_S) for label, run_id in runs.items()}
@@ -142,8 +152,17 @@ def test_tool_using_runs_complete_for_each_provider_and_no_key_is_logged_or_stor
     assert len(rows(ctx.engine, "SELECT 1 AS x FROM rounds WHERE run_id = :id", id=runs["pause"])) == 1
 
     # A truncated answer fails the run with its code, not completes with the partial text.
-    cut = views["cut"]
-    assert (cut.status, cut.error_code, cut.output) == ("failed", "MODEL_OUTPUT_TRUNCATED", None)
+    # Each ending that carries no usable answer fails the run with its code, not completes
+    # with the partial or empty text.
+    endings_by_run = {label: (views[label].status, views[label].error_code, views[label].output)
+                      for label in ("cut", "cut-claude", "refused", "filtered")}
+    assert endings_by_run == {
+        "cut": ("failed", "MODEL_OUTPUT_TRUNCATED", None),
+        "cut-claude": ("failed", "MODEL_OUTPUT_TRUNCATED", None),
+        "refused": ("failed", "MODEL_REFUSED", None),
+        "filtered": ("failed", "MODEL_CONTENT_FILTERED", None),
+    }
+    assert "I can't help with that." in (views["refused"].error_message or "")
 
     # The keys were sent, each in its provider's header, to the loopback server.
     by_model: dict[str, set[str]] = {}
@@ -156,8 +175,14 @@ def test_tool_using_runs_complete_for_each_provider_and_no_key_is_logged_or_stor
         "echo-key": {f"Bearer {OPENAI_KEY}"},
         "pause-claude": {ANTHROPIC_KEY},
         "cut-gpt": {f"Bearer {OPENAI_KEY}"},
+        "cut-claude": {ANTHROPIC_KEY},
+        "refuse-gpt": {f"Bearer {OPENAI_KEY}"},
+        "filter-gpt": {f"Bearer {OPENAI_KEY}"},
     }
     assert all(r.headers["anthropic-version"] for r in fake.requests if r.path == "/v1/messages")
+    # Every call streamed (the worker's delta sink is Redis): the SDKs' streaming APIs,
+    # answered by the loopback server in each provider's streaming wire format.
+    assert all(r.body.get("stream") is True for r in fake.requests)
 
     # The provider that echoed the key failed the run with a typed error, key redacted.
     echoed = views["echo"]

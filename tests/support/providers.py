@@ -159,11 +159,13 @@ def openai_stream(
     usage: tuple[int, int] = (11, 7),
     *,
     finish_reason: str | None = None,
+    refusal: list[str] = (),  # type: ignore[assignment]
 ) -> Reply:
-    """A streamed Chat Completions response: a role chunk, one chunk per text piece, then
-    per tool call (id, name, argument fragments) a chunk with its id and name and one
-    per fragment, a chunk with the finish reason, and the usage chunk (no choices, as
-    with ``stream_options.include_usage``), ending ``data: [DONE]``."""
+    """A streamed Chat Completions response: a role chunk, one chunk per text piece (then
+    one per ``refusal`` piece), then per tool call (id, name, argument fragments) a chunk
+    with its id and name and one per fragment, a chunk with the finish reason, and the
+    usage chunk (no choices, as with ``stream_options.include_usage``), ending
+    ``data: [DONE]``."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "fake",
@@ -171,6 +173,7 @@ def openai_stream(
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({"content": p}) for p in pieces]
+    chunks += [chunk({"refusal": p}) for p in refusal]
     for i, (call_id, name, fragments) in enumerate(tool_calls):
         chunks.append(chunk({"tool_calls": [{"index": i, "id": call_id, "type": "function",
                                              "function": {"name": name, "arguments": ""}}]}))
@@ -229,7 +232,7 @@ def _halves(text: str | None) -> list[str]:
 def streamed(reply: Reply) -> Reply:
     """A 200 JSON completion (Chat Completions or Messages) as the same answer streamed,
     for a request that asked to stream; any other reply (an error, a raw body, what the
-    stream helpers cannot say: refusals, custom tool calls) is sent as it is."""
+    stream helpers cannot say: custom tool calls) is sent as it is."""
     body = reply.body
     if reply.status != 200 or reply.raw is not None or not isinstance(body, dict):
         return reply
@@ -237,7 +240,7 @@ def streamed(reply: Reply) -> Reply:
         (choice,) = body["choices"]
         message = choice["message"]
         calls = message.get("tool_calls") or []
-        if message.get("refusal") or any(c.get("type") != "function" for c in calls):
+        if any(c.get("type") != "function" for c in calls):
             return reply
         usage = body.get("usage") or {}
         out = openai_stream(
@@ -245,6 +248,7 @@ def streamed(reply: Reply) -> Reply:
             [(c["id"], c["function"]["name"], _halves(c["function"]["arguments"]) or [""]) for c in calls],
             (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
             finish_reason=choice.get("finish_reason"),
+            refusal=_halves(message.get("refusal")),
         )
     elif body.get("type") == "message":
         blocks = body.get("content") or []

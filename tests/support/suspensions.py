@@ -4,8 +4,11 @@ a test can prove that a refusal changed nothing at all."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from uuid import UUID
+
+from sqlalchemy import text
 
 from runtime.proofs import ProofAuthority
 from runtime.resume import ResumeRefused
@@ -13,7 +16,7 @@ from schema.store.bodies import message_body_sql
 from schema.store.suspensions import pending_resumes
 from schema.wire import OriginalToolRoundResume, RoundTask
 from tests.support.db import rows
-from tests.support.requests import scripted_request
+from tests.support.requests import PICK_COLOR, scripted_request
 from worker import client
 from worker.resume import execute_resume
 from worker.round import RoundDisposition, execute_round
@@ -121,6 +124,45 @@ def ready_read_and_count(ctx: Any) -> tuple[UUID, list[OriginalToolRoundResume]]
     assert second.stored and [r.tool_call_id for r in second.resumes] == ["call_0_0", "call_0_1"]
     return run_id, second.resumes
 
+
+
+PICK = [{"tool_calls": [{"name": "pick_color", "args": {"hint": "warm"}}]}, {"content": "picked"}]
+
+
+def _append(path: str) -> list[dict[str, Any]]:
+    return [{"tool_calls": [{"name": "append_line", "args": {"path": path, "text": "t"}}]}, {"content": "done"}]
+
+
+def ready_client_tool(ctx: Any, tmp: Path) -> tuple[UUID, list[OriginalToolRoundResume]]:
+    """A run suspended on a client tool's call, its result sent: ready to resume."""
+    run_id = suspended_run(ctx, PICK, [], client_tools=[PICK_COLOR])
+    receipt = client.tool_result(run_id, "call_0_0", {"color": "red"}, ctx=ctx)
+    assert receipt.stored and len(receipt.resumes) == 1
+    return run_id, receipt.resumes
+
+
+def ready_approval(ctx: Any, tmp: Path) -> tuple[UUID, list[OriginalToolRoundResume]]:
+    """A run suspended on a call that needs approval, approved: ready to resume."""
+    run_id = suspended_run(ctx, _append(str(tmp / "approved.txt")), ["append_line"], require_approval=["*"])
+    receipt = client.approve(run_id, "call_0_0", ctx=ctx)
+    assert receipt.stored and len(receipt.resumes) == 1
+    return run_id, receipt.resumes
+
+
+def ready_unknown_outcome(ctx: Any, tmp: Path) -> tuple[UUID, list[OriginalToolRoundResume]]:
+    """A run suspended on an at_most_once call whose outcome is unknown (the start of an
+    earlier execution planted, as a worker that died inside the handler leaves it), its
+    result told: ready to resume."""
+    run_id = submit(ctx, _append(str(tmp / "unknown.txt")), ["append_line"])
+    with ctx.engine.begin() as conn:
+        conn.execute(text("INSERT INTO tool_executions (run_id, tool_call_id, boundary_seq, claim_fence) "
+                          "VALUES (:id, 'call_0_0', 0, 0)"), {"id": run_id})
+    assert execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=0)) is RoundDisposition.COMMITTED
+    (wait,) = client.status(run_id, ctx=ctx).waiting_for
+    assert wait.kind == "outcome_unknown"
+    receipt = client.tool_result(run_id, "call_0_0", {"appended": "t"}, ctx=ctx)
+    assert receipt.stored and len(receipt.resumes) == 1
+    return run_id, receipt.resumes
 
 
 def attempt(ctx: Any, resumes: list[OriginalToolRoundResume]) -> str:

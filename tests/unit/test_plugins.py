@@ -4,6 +4,7 @@ model provider validated and run like a built-in one."""
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+import structlog.testing
 from pydantic import BaseModel
 
 from runtime.deps import build_runtime
@@ -20,8 +22,9 @@ from runtime.plugins import PluginError, Plugins, load_plugins, process_plugins
 from runtime.prepare import prepare_execution, resolve_and_run
 from runtime.tools import Tool, tool
 from tests.support.requests import scripted_request
+from worker import cli
 from worker.client_context import runtime_for
-from worker.settings import Settings
+from worker.settings import Settings, get_settings
 
 TEST_PLUGINS = Path(__file__).resolve().parent.parent / "support" / "plugins"
 EXAMPLE_TOOLS = ["append_line", "append_line_checked", "lookup_order"]
@@ -58,6 +61,56 @@ def test_a_module_that_does_not_exist_is_a_plugin_error_naming_it() -> None:
     assert str(info.value) == (
         "plugin 'no_such_plugin': cannot be imported: ModuleNotFoundError: No module named 'no_such_plugin'"
     )
+
+
+
+REFUSED = ("PLUGIN_INVALID: plugin 'no_such_plugin': cannot be imported: ModuleNotFoundError: "
+           "No module named 'no_such_plugin' (AIDAWORK_PLUGINS or an aidawork.plugins entry point)")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["api"], ["worker"], ["submit", "request.json"], ["status", "00000000-0000-4000-8000-000000000001"]],
+    ids=lambda argv: argv[0],
+)
+def test_a_plugin_that_cannot_load_stops_every_command_before_it_starts_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """The API, the worker and the CLI's client commands load the plugins first: one that
+    cannot load is an exit 2 naming it (a process's start_refused line, a client command's
+    one stderr line), before the command starts (tests/e2e/test_plugins.py runs a real
+    worker)."""
+    for name in list(os.environ):
+        if name.startswith("AIDAWORK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AIDAWORK_PLUGINS", "no_such_plugin")
+    monkeypatch.setenv("AIDAWORK_DEV", "1")  # so that only the plugin can stop the processes
+    # In process, the CLI's logging set-up would stay for the tests after this one.
+    monkeypatch.setattr(cli, "configure_logging", lambda *_, **__: None)
+    started: list[str] = []
+    for command in ("cmd_api", "cmd_submit", "cmd_status", "cmd_worker"):  # what would start the command
+        monkeypatch.setattr(cli, command, lambda args, command=command: started.append(command) or 0)
+    get_settings.cache_clear()
+    try:
+        with structlog.testing.capture_logs() as logged:
+            code = cli.main(argv)
+    finally:
+        get_settings.cache_clear()
+
+    out, err = capsys.readouterr()
+    assert (code, started, out) == (2, [], "")
+    if argv[0] in cli.PROCESS_COMMANDS:
+        refusals = [e for e in logged if e["event"] == "start_refused"]
+        assert [(e["command"], e["error"], e["exit_code"]) for e in refusals] == [(argv[0], REFUSED, 2)]
+    else:
+        assert err == f"aidawork: error: {REFUSED}\n"
+
+
+def test_a_client_context_with_a_plugin_that_cannot_load_is_not_built() -> None:
+    # What the Python client and the API build their validation from.
+    with pytest.raises(PluginError) as info:
+        runtime_for(Settings(plugins="no_such_plugin"))
+    assert info.value.plugin == "no_such_plugin"
 
 
 def test_a_module_without_register_is_a_plugin_error() -> None:

@@ -19,7 +19,7 @@ from runtime.prepare import prepare_execution, resolve_and_run
 from runtime.tools import builtin_registry
 from schema.wire import RunRequest
 from tests.support.fakes import RecordingFactory
-from tests.support.requests import example_request
+from tests.support.requests import PICK_COLOR, example_request
 
 Mutation = Callable[[dict[str, Any]], None]
 
@@ -255,6 +255,92 @@ def test_scripted_args_that_cannot_be_canonicalized_are_refused(bad_value: Any) 
     error, _ = _refusal(lambda r: _call0(r).update(name="echo", args={"x": bad_value}))
 
     assert error.field.startswith("config.model.turns[0].tool_calls[0].args")
+
+
+# --- client tools: checked at submit time ------------------------------------------------------
+
+
+def _with_client_tools(*specs: dict[str, Any]) -> Mutation:
+    return _set(["config", "client_tools"], [dict(s) for s in specs])
+
+
+def _calling_pick_color(args: dict[str, Any]) -> Mutation:
+    def mutate(raw: dict[str, Any]) -> None:
+        raw["config"]["client_tools"] = [dict(PICK_COLOR)]
+        _call0(raw).update(name="pick_color", args=args)
+
+    return mutate
+
+
+CLIENT_TOOL_REFUSALS: list[tuple[str, Mutation, str, str]] = [
+    (
+        "schema_not_valid",
+        _with_client_tools({**PICK_COLOR, "parameters": {"type": "object", "properties": {"hint": {"type": "strin"}}}}),
+        "config.client_tools[0].parameters",
+        "is not a valid JSON Schema",
+    ),
+    (
+        "schema_not_an_object",
+        _with_client_tools({**PICK_COLOR, "parameters": {"type": "string"}}),
+        "config.client_tools[0].parameters",
+        "must describe an object",
+    ),
+    (
+        "names_not_unique",
+        _with_client_tools(PICK_COLOR, {**PICK_COLOR, "description": "again"}),
+        "config.client_tools",
+        "client tool names must be unique: pick_color given twice",
+    ),
+    (
+        "name_of_a_server_tool",
+        _with_client_tools({**PICK_COLOR, "name": "add"}),
+        "config.client_tools[0].name",
+        "'add' is the name of a server tool",
+    ),
+    (
+        "name_no_provider_accepts",
+        _with_client_tools({**PICK_COLOR, "name": "pick color"}),
+        "config.client_tools[0].name",
+        "pattern",
+    ),
+    (
+        "unknown_key",
+        _with_client_tools({**PICK_COLOR, "returns": {"type": "string"}}),
+        "config.client_tools[0].returns",
+        "Extra inputs",
+    ),
+    (
+        "scripted_call_against_its_schema",
+        _calling_pick_color({"hint": 3}),
+        "config.model.turns[0].tool_calls[0].args.hint",
+        "is not of type 'string'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "fragment"), [r[1:] for r in CLIENT_TOOL_REFUSALS], ids=[r[0] for r in CLIENT_TOOL_REFUSALS]
+)
+def test_a_client_tool_that_cannot_run_is_refused_at_submit_naming_the_field(
+    mutate: Mutation, field: str, fragment: str
+) -> None:
+    error, factory = _refusal(mutate)
+
+    assert (error.code, error.field) == ("REQUEST_INVALID", field)
+    assert fragment in error.reason, error.reason
+    assert factory.configs == [] and factory.requests == []
+
+
+def test_a_client_tool_is_offered_to_the_model_like_any_tool_with_its_own_schema() -> None:
+    raw = example_request()
+    _calling_pick_color({"hint": "warm"})(raw)
+
+    _, prepared = prepare_execution(_recording_runtime()[0], raw)
+
+    assert [s["name"] for s in prepared.deps.tool_specs] == ["add", "echo", "pick_color"]
+    spec = prepared.deps.tool_specs[-1]
+    assert (spec["description"], spec["parameters"]) == (PICK_COLOR["description"], PICK_COLOR["parameters"])
+    assert spec["domain"] == "local"  # it runs on the client's side: never counted by the breaker
 
 
 # --- resolve_and_run ---------------------------------------------------------------------------

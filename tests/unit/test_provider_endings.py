@@ -1,7 +1,9 @@
 """Every way an answer can end, through the SDKs against loopback servers speaking each
-provider's wire format: each ending yields its code, ``pause_turn`` and
-``on_truncation: continue`` call again within the round (bounded, each call recorded),
-and the SDKs' retry rules (409, ``x-should-retry``) hold within the call's budget."""
+provider's wire format, plain and streamed (the loopback server answers a streamed
+request with the same answer as a stream): each ending yields its code, ``pause_turn``
+and ``on_truncation: continue`` call again within the round (bounded, each call
+recorded), and the SDKs' retry rules (409, ``x-should-retry``) hold within the call's
+budget."""
 
 from __future__ import annotations
 
@@ -50,8 +52,16 @@ def base_url(fake: FakeProvider, provider: str) -> str:
     return f"{fake.url}/v1" if provider == "openai" else fake.url
 
 
-def run(fake: FakeProvider, provider: str, *, policy: dict[str, Any] | None = None, **model: Any) -> Any:
-    """One run in this process, every round, with the hooks recording each model call."""
+# Each ending test runs twice: the model call answered whole, and streamed (the round's
+# hooks give it a delta sink, so the adapter calls the SDK's streaming API).
+STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+
+
+def run(
+    fake: FakeProvider, provider: str, *, policy: dict[str, Any] | None = None, stream: bool = False, **model: Any
+) -> Any:
+    """One run in this process, every round, with the hooks recording each model call
+    (and, with ``stream``, the deltas: every call then streamed)."""
     url = base_url(fake, provider)
     keys = ModelKeys(openai=SecretStr(KEY), anthropic=SecretStr(KEY), base_urls=(url,))
     raw = {
@@ -66,8 +76,11 @@ def run(fake: FakeProvider, provider: str, *, policy: dict[str, Any] | None = No
         },
     }
     request, prepared = prepare_execution(build_runtime(model_keys=keys), raw)
-    hooks = RecordingHooks()
-    return orchestrate(prepared.deps, RunState.start(request.input), hooks), hooks
+    hooks = RecordingHooks(deltas=[] if stream else None)
+    result = orchestrate(prepared.deps, RunState.start(request.input), hooks)
+    assert [r.body.get("stream") is True for r in fake.requests] == [stream] * len(fake.requests)
+    hooks.log = [entry for entry in hooks.log if entry != "delta"]
+    return result, hooks
 
 
 def failed(outcome: Any, code: str) -> str:
@@ -79,58 +92,69 @@ def failed(outcome: Any, code: str) -> str:
 # --- each ending, its code ---------------------------------------------------------------------
 
 
-def test_openai_length_fails_truncated_instead_of_completing_with_the_partial_text(fake: FakeProvider) -> None:
+@STREAM
+def test_openai_length_fails_truncated_instead_of_completing_with_the_partial_text(
+    fake: FakeProvider, stream: bool
+) -> None:
     fake.script(openai_reply("The answer is", finish_reason="length"))
-    result, _ = run(fake, "openai")
+    result, _ = run(fake, "openai", stream=stream)
     message = failed(result.outcome, "MODEL_OUTPUT_TRUNCATED")
     assert "length" in message and "on_truncation" in message
 
 
-def test_anthropic_max_tokens_fails_truncated(fake: FakeProvider) -> None:
+@STREAM
+def test_anthropic_max_tokens_fails_truncated(fake: FakeProvider, stream: bool) -> None:
     fake.script(anthropic_reply("The answer is", stop_reason="max_tokens"))
-    result, _ = run(fake, "anthropic")
+    result, _ = run(fake, "anthropic", stream=stream)
     assert "max_tokens" in failed(result.outcome, "MODEL_OUTPUT_TRUNCATED")
 
 
-def test_openai_refusal_fails_refused_with_the_refusal_text(fake: FakeProvider) -> None:
+@STREAM
+def test_openai_refusal_fails_refused_with_the_refusal_text(fake: FakeProvider, stream: bool) -> None:
     fake.script(openai_reply(None, refusal="I can't help with that."))
-    result, _ = run(fake, "openai")
+    result, _ = run(fake, "openai", stream=stream)
     assert "I can't help with that." in failed(result.outcome, "MODEL_REFUSED")
 
 
-def test_anthropic_refusal_fails_refused_with_its_text(fake: FakeProvider) -> None:
+@STREAM
+def test_anthropic_refusal_fails_refused_with_its_text(fake: FakeProvider, stream: bool) -> None:
     fake.script(anthropic_reply("No.", stop_reason="refusal"))
-    result, _ = run(fake, "anthropic")
+    result, _ = run(fake, "anthropic", stream=stream)
     assert "No." in failed(result.outcome, "MODEL_REFUSED")
 
 
-def test_openai_content_filter_fails_content_filtered(fake: FakeProvider) -> None:
+@STREAM
+def test_openai_content_filter_fails_content_filtered(fake: FakeProvider, stream: bool) -> None:
     fake.script(openai_reply("", finish_reason="content_filter"))
-    result, _ = run(fake, "openai")
+    result, _ = run(fake, "openai", stream=stream)
     failed(result.outcome, "MODEL_CONTENT_FILTERED")
 
 
-def test_a_tool_call_cut_off_mid_arguments_is_truncated_not_invalid(fake: FakeProvider) -> None:
+@STREAM
+def test_a_tool_call_cut_off_mid_arguments_is_truncated_not_invalid(fake: FakeProvider, stream: bool) -> None:
     fake.script(openai_reply(None, [("call_1", "add", '{"a": 2, "b"')], finish_reason="length"))
-    result, _ = run(fake, "openai")
+    result, _ = run(fake, "openai", stream=stream)
     assert "call_1" in failed(result.outcome, "MODEL_OUTPUT_TRUNCATED")
 
 
-def test_unparsable_arguments_without_length_stay_invalid(fake: FakeProvider) -> None:
+@STREAM
+def test_unparsable_arguments_without_length_stay_invalid(fake: FakeProvider, stream: bool) -> None:
     fake.script(openai_reply(None, [("call_1", "add", '{"a": 2, "b"')]))
-    result, _ = run(fake, "openai")
+    result, _ = run(fake, "openai", stream=stream)
     failed(result.outcome, "MODEL_RESPONSE_INVALID")
 
 
-def test_anthropic_tool_use_cut_off_by_max_tokens_is_truncated(fake: FakeProvider) -> None:
+@STREAM
+def test_anthropic_tool_use_cut_off_by_max_tokens_is_truncated(fake: FakeProvider, stream: bool) -> None:
     fake.script(anthropic_reply(None, [("toolu_1", "add", "{\"a\": 2")], stop_reason="max_tokens"))
-    result, _ = run(fake, "anthropic")
+    result, _ = run(fake, "anthropic", stream=stream)
     assert "toolu_1" in failed(result.outcome, "MODEL_OUTPUT_TRUNCATED")
 
 
-def test_a_truncated_answer_with_tool_calls_is_never_continued(fake: FakeProvider) -> None:
+@STREAM
+def test_a_truncated_answer_with_tool_calls_is_never_continued(fake: FakeProvider, stream: bool) -> None:
     fake.script(openai_reply(None, [("call_1", "add", '{"a": 2, "b": 3}')], finish_reason="length"))
-    result, _ = run(fake, "openai", policy={"on_truncation": "continue"})
+    result, _ = run(fake, "openai", policy={"on_truncation": "continue"}, stream=stream)
     failed(result.outcome, "MODEL_OUTPUT_TRUNCATED")
     assert len(fake.requests) == 1
 
@@ -166,15 +190,19 @@ def test_a_response_with_a_finish_reason_round_trips_and_one_without_keeps_its_d
 # --- the turn goes on: pause_turn, on_truncation continue --------------------------------------
 
 
-def test_pause_turn_continues_the_turn_with_a_second_recorded_call_in_the_same_round(fake: FakeProvider) -> None:
+@STREAM
+def test_pause_turn_continues_the_turn_with_a_second_recorded_call_in_the_same_round(
+    fake: FakeProvider, stream: bool
+) -> None:
     fake.script(
         anthropic_reply("Searching...", stop_reason="pause_turn", usage={"input_tokens": 10, "output_tokens": 2}),
         anthropic_reply(" found it: 5.", usage={"input_tokens": 12, "output_tokens": 4}),
     )
-    result, hooks = run(fake, "anthropic")
+    result, hooks = run(fake, "anthropic", stream=stream)
 
     assert result.outcome == Finish(output="Searching... found it: 5.")
     assert result.rounds == 1
+    assert hooks.deltas is None or "".join(hooks.deltas) == "Searching... found it: 5."  # both calls streamed
     # Two model calls, each recorded, in one round; the second carries the paused content.
     assert hooks.log == ["started", "finished", "started", "finished"]
     assert len({digest for _, digest in hooks.started}) == 2
@@ -183,32 +211,38 @@ def test_pause_turn_continues_the_turn_with_a_second_recorded_call_in_the_same_r
     assert last == {"role": "assistant", "content": [{"type": "text", "text": "Searching..."}]}
 
 
-def test_pause_turn_is_bounded(fake: FakeProvider) -> None:
+@STREAM
+def test_pause_turn_is_bounded(fake: FakeProvider, stream: bool) -> None:
     fake.script(*[anthropic_reply("more", stop_reason="pause_turn")] * (MAX_CONTINUATIONS + 1))
-    result, hooks = run(fake, "anthropic")
+    result, hooks = run(fake, "anthropic", stream=stream)
     assert "pause_turn" in failed(result.outcome, "MODEL_OUTPUT_TRUNCATED")
     assert len(fake.requests) == MAX_CONTINUATIONS + 1 and len(hooks.started) == MAX_CONTINUATIONS + 1
 
 
+@STREAM
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_on_truncation_continue_asks_for_the_rest_and_concatenates(fake: FakeProvider, provider: str) -> None:
+def test_on_truncation_continue_asks_for_the_rest_and_concatenates(
+    fake: FakeProvider, provider: str, stream: bool
+) -> None:
     if provider == "openai":
         fake.script(openai_reply("The sum ", finish_reason="length"), openai_reply("is 5."))
     else:
         fake.script(anthropic_reply("The sum ", stop_reason="max_tokens"), anthropic_reply("is 5."))
-    result, hooks = run(fake, provider, policy={"on_truncation": "continue"})
+    result, hooks = run(fake, provider, policy={"on_truncation": "continue"}, stream=stream)
 
     assert result.outcome == Finish(output="The sum is 5.")
     assert result.rounds == 1 and len(hooks.started) == 2
+    assert hooks.deltas is None or "".join(hooks.deltas) == "The sum is 5."  # both calls streamed
     last = fake.requests[1].body["messages"][-1]
     assert last["role"] == "assistant" and "The sum " in str(last["content"])
     # The round's one assistant message holds the whole answer.
     assert [m.content for m in result.messages if m.role == "assistant"] == ["The sum is 5."]
 
 
-def test_on_truncation_continue_is_bounded(fake: FakeProvider) -> None:
+@STREAM
+def test_on_truncation_continue_is_bounded(fake: FakeProvider, stream: bool) -> None:
     fake.script(*[openai_reply("more ", finish_reason="length")] * (MAX_CONTINUATIONS + 1))
-    result, hooks = run(fake, "openai", policy={"on_truncation": "continue"})
+    result, hooks = run(fake, "openai", policy={"on_truncation": "continue"}, stream=stream)
     assert "continuations" in failed(result.outcome, "MODEL_OUTPUT_TRUNCATED")
     assert len(fake.requests) == MAX_CONTINUATIONS + 1 and len(hooks.finished) == MAX_CONTINUATIONS + 1
 
@@ -279,11 +313,53 @@ def refused_field(model: dict[str, Any]) -> RequestInvalid:
         ({"provider": "anthropic", "name": "m", "temperature": 0.5, "top_p": 0.9}, "config.model.temperature"),
         ({"provider": "anthropic", "name": "m", "temperature": 1.5}, "config.model.temperature"),
         ({"provider": "openai", "name": "m", "max_tokens": 5, "max_completion_tokens": 5}, "config.model"),
+        ({"provider": "openai", "name": "o3-mini", "temperature": 0.2}, "config.model.temperature"),
+        ({"provider": "openai", "name": "o4-mini-2025-04-16", "temperature": 1}, "config.model.temperature"),
+        ({"provider": "openai", "name": "gpt-5-nano", "temperature": 0.7}, "config.model.temperature"),
+        ({"provider": "anthropic", "name": "claude-opus-4-7", "temperature": 0.5}, "config.model.temperature"),
+        ({"provider": "anthropic", "name": "claude-sonnet-5-5", "top_p": 0.9}, "config.model.top_p"),
+        ({"provider": "anthropic", "name": "claude-opus-4-8-20270101", "temperature": 0}, "config.model.temperature"),
     ],
-    ids=["anthropic_temperature_with_top_p", "anthropic_temperature_over_1", "openai_both_limits"],
+    ids=[
+        "anthropic_temperature_with_top_p",
+        "anthropic_temperature_over_1",
+        "openai_both_limits",
+        "openai_o_series_temperature",
+        "openai_o_series_default_temperature",
+        "openai_gpt5_temperature",
+        "anthropic_opus_4_7_temperature",
+        "anthropic_5_top_p",
+        "anthropic_dated_newer_model_temperature",
+    ],
 )
 def test_parameters_the_provider_would_refuse_are_refused_at_submit(model: dict[str, Any], field: str) -> None:
-    assert refused_field(model).field == field
+    refusal = refused_field(model)
+    assert refusal.field == field
+    if model["name"] != "m":  # refused for the model: the message names it and the parameter
+        assert model["name"] in refusal.message and field.split(".")[-1] in refusal.message
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"provider": "openai", "name": "gpt-4o-mini", "temperature": 0.2},
+        {"provider": "openai", "name": "gpt-5-chat-latest", "temperature": 0.2},
+        {"provider": "openai", "name": "llama3.1", "temperature": 0.2},
+        {"provider": "anthropic", "name": "claude-sonnet-4-5-20250929", "temperature": 0.2},
+        {"provider": "anthropic", "name": "claude-opus-4-6", "top_p": 0.9},
+        {"provider": "anthropic", "name": "claude-sonnet-4-20250514", "temperature": 0.2},
+        {"provider": "anthropic", "name": "claude-3-5-haiku-20241022", "temperature": 0.2},
+        {"provider": "anthropic", "name": "claude-opus-4-7"},
+    ],
+    ids=lambda m: f"{m['name']}-{'-'.join(k for k in ('temperature', 'top_p') if k in m) or 'none'}",
+)
+def test_sampling_parameters_are_accepted_for_models_that_take_them(model: dict[str, Any]) -> None:
+    raw = {"owner": "t", "root_id": None, "input": "x", "config": {"model": model}}
+    _, prepared = prepare_execution(build_runtime(model_keys=ModelKeys()), raw)
+    sent = prepared.turn_config.model.model_dump()
+    assert {k: sent[k] for k in ("temperature", "top_p") if k in model} == {
+        k: model[k] for k in ("temperature", "top_p") if k in model
+    }
 
 
 def test_anthropic_sampling_and_is_error_reach_the_wire_through_the_sdk(fake: FakeProvider) -> None:

@@ -88,7 +88,8 @@ def ctx(db_url: str, broker: RecordingBroker) -> Iterator[Any]:
     from worker.app import Dispatcher
 
     base = make_context(db_url)
-    context = replace(base, dispatch=Dispatcher(broker, base.settings.round_queues))  # type: ignore[arg-type]
+    # No Redis: tasks go to the recording broker and no model deltas are published.
+    context = replace(base, dispatch=Dispatcher(broker, base.settings.round_queues), deltas=None)  # type: ignore[arg-type]
     yield context
     context.leases.stop()  # a context that claimed rounds registered itself and heartbeats
     context.engine.dispose()

@@ -141,6 +141,15 @@ OPENAI_REASONING_MODEL = r"o\d+(?:-[a-z0-9-]+)?|gpt-5(?:-mini|-nano|-pro)?(?:-\d
 ANTHROPIC_NO_SAMPLING_MODEL = r"claude-[a-z]+-(?:4-[7-9]|[5-9](?:-\d)?|[1-9]\d+(?:-\d)?)(?:-[a-z0-9-]*)?"
 
 
+def _refused_for_models(value: float | None, info: ValidationInfo, models: str, why: str) -> float | None:
+    """A sampling field's value, refused (naming the model and the field) when set for a
+    model whose name matches ``models``, which the provider would refuse it for."""
+    name = info.data.get("name")
+    if value is not None and isinstance(name, str) and re.fullmatch(models, name):
+        raise ValueError(f"{name} takes no {info.field_name}: {why}")
+    return value
+
+
 class _HttpModelConfig(_Frozen):
     """Shared by the HTTP providers.
 
@@ -195,12 +204,9 @@ class OpenAIModelConfig(_HttpModelConfig):
     @field_validator("temperature")
     @classmethod
     def _no_sampling_for_reasoning_models(cls, value: float | None, info: ValidationInfo) -> float | None:
-        name = info.data.get("name")
-        if value is not None and isinstance(name, str) and re.fullmatch(OPENAI_REASONING_MODEL, name):
-            raise ValueError(
-                f"{name} takes no temperature: OpenAI's reasoning models refuse any but the default (leave it unset)"
-            )
-        return value
+        return _refused_for_models(
+            value, info, OPENAI_REASONING_MODEL, "OpenAI's reasoning models refuse any but the default (leave it unset)"
+        )
 
     @model_validator(mode="after")
     def _one_limit(self) -> OpenAIModelConfig:
@@ -237,13 +243,10 @@ class AnthropicModelConfig(_HttpModelConfig):
     @field_validator("top_p", "temperature")
     @classmethod
     def _sampling_by_model(cls, value: float | None, info: ValidationInfo) -> float | None:
-        name = info.data.get("name")
-        if value is not None and isinstance(name, str) and re.fullmatch(ANTHROPIC_NO_SAMPLING_MODEL, name):
-            raise ValueError(
-                f"{name} takes no {info.field_name}: Anthropic's models from Claude Opus 4.7 on refuse "
-                "sampling parameters (leave temperature and top_p unset)"
-            )
-        return value
+        return _refused_for_models(
+            value, info, ANTHROPIC_NO_SAMPLING_MODEL,
+            "Anthropic's models from Claude Opus 4.7 on refuse sampling parameters (leave temperature and top_p unset)",
+        )
 
     @field_validator("temperature")
     @classmethod

@@ -8,7 +8,6 @@ advances it with ``after``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from uuid import UUID
 
@@ -21,21 +20,23 @@ from schema.wire.claim import Claim, RecordedResponse
 @dataclass(frozen=True)
 class HistoryTally:
     """What a round needs of its whole history, kept with it so that a long run's round
-    makes no pass over the history: the tool call ids in it, its summed
-    ``Message.token_count``, and how many messages it counts."""
+    makes no pass over the history: the tool call ids in it and its summed
+    ``Message.token_count``, and the history (the very tuple) they were counted of."""
 
     call_ids: frozenset[str] = frozenset()
     tokens: int = 0
-    length: int = 0
+    of: tuple[Message, ...] = field(default=(), repr=False, compare=False)
 
-    def plus(self, messages: Iterable[Message]) -> HistoryTally:
-        messages = tuple(messages)
-        if not messages:
-            return self
+    @classmethod
+    def counted(cls, history: tuple[Message, ...]) -> HistoryTally:
+        return cls().plus(history, history)
+
+    def plus(self, messages: tuple[Message, ...], history: tuple[Message, ...]) -> HistoryTally:
+        """The tally of ``history``, this one's history followed by ``messages``."""
         return HistoryTally(
             self.call_ids.union(c.id for m in messages for c in m.tool_calls),
             self.tokens + sum(m.token_count for m in messages),
-            self.length + len(messages),
+            history,
         )
 
 
@@ -69,12 +70,13 @@ class RunState:
     # goes on from it, without calling the model, if its request is the same.
     recorded_response: RecordedResponse | None = None
     # The tally of ``history``: carried by ``replace`` and advanced by ``extended``; counted
-    # afresh at construction when missing or not of this history's length.
+    # afresh at construction when it was not counted of this very history (a state built
+    # with a history, or a replace that gave it another one, as a context rebuild does).
     tally: HistoryTally = field(default=HistoryTally(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.tally.length != len(self.history):
-            object.__setattr__(self, "tally", HistoryTally().plus(self.history))
+        if self.tally.of is not self.history:
+            object.__setattr__(self, "tally", HistoryTally.counted(self.history))
 
     @classmethod
     def start(cls, text: str) -> RunState:
@@ -97,12 +99,13 @@ class RunState:
     def extended(self, messages: tuple[Message, ...], last_position: int, history_digest: str) -> RunState:
         if not messages:
             return self
+        history = self.history + messages
         return replace(
             self,
-            history=self.history + messages,
+            history=history,
             last_position=last_position,
             history_digest=history_digest,
-            tally=self.tally.plus(messages),
+            tally=self.tally.plus(messages, history),
         )
 
     def positional(self) -> tuple[Message, ...]:

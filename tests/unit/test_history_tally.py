@@ -28,7 +28,7 @@ def _fresh(history: tuple[Message, ...]) -> tuple[frozenset[str], int, int]:
 
 
 def _of(state: RunState) -> tuple[frozenset[str], int, int]:
-    return state.tally.call_ids, state.tally.tokens, state.tally.length
+    return state.tally.call_ids, state.tally.tokens, len(state.tally.of)
 
 
 def test_a_state_built_with_a_history_counts_it() -> None:
@@ -51,6 +51,11 @@ def test_a_replace_that_changes_the_history_is_counted_afresh() -> None:
     shorter = replace(state, history=(user_message("hi"),))
     assert _of(shorter) == _fresh(shorter.history)
     assert shorter.tally.call_ids == frozenset()
+    # Another history of the same length (a context rebuild's summary in place of the one
+    # message it summarised) is counted afresh too.
+    rebuilt = replace(state, history=(user_message("Summary: hi"), *_turn(2, "b")))
+    assert _of(rebuilt) == _fresh(rebuilt.history)
+    assert rebuilt.tally.call_ids == {"b"}
     # A replace that keeps the history keeps its tally.
     assert replace(state, boundary_seq=4).tally is state.tally
 
@@ -65,6 +70,6 @@ def test_an_id_reused_from_the_history_is_renamed_from_the_tally() -> None:
 def test_a_request_with_known_tokens_estimates_as_one_that_counts_its_messages() -> None:
     messages = (user_message("hi"), *_turn(1, "a"), *_turn(2, "b"))
     counted = ModelRequest("system", messages, (), "digest", 0)
-    known = replace(counted, known_message_tokens=HistoryTally().plus(messages).tokens)
+    known = replace(counted, known_message_tokens=HistoryTally.counted(messages).tokens)
     assert known.known_message_tokens == sum(m.token_count for m in messages)
     assert estimate_input_tokens(known) == estimate_input_tokens(counted) > 0

@@ -4,8 +4,9 @@
 1. a plain Celery hop and a hop with our delivery settings (bench/hop_app.py);
 2. per-round wall time of a 500-round scripted run (zero latency) at its start and end;
 3. the worker's CPU per round over that run;
-4. in-flight throughput of one worker with 512 threads and 1 s model turns (bench/inflight.py),
-   and with a streamed answer, without and with a watcher attached (bench/streaming.py);
+4. in-flight throughput of one worker with 512 threads and 1 s model turns (bench/inflight.py;
+   runs submitted while it runs, and every run queued first), and with a streamed answer,
+   without and with a watcher attached (bench/streaming.py);
 5. bytes stored per round, events included, for a small and a 100 kB tool output;
 6. a 16 x 20 throughput figure and where a round's time goes, in process;
 7. 16 runs of one 1 s round on one `--concurrency 16` worker: the wall time of rounds that
@@ -275,6 +276,8 @@ def main() -> None:
         hops.stop()
     log("in-flight throughput: 512 runs x 3 rounds, 1 s model turns")
     flight = inflight.measure()
+    log("in-flight throughput again, every run queued first")
+    queued = inflight.measure(queued_first=True)
     log("streaming: the in-flight figure with a streamed answer, without and with a watcher")
     streamed = streaming.measure()
     log("fair share: B's 10 runs alone and behind A's 500")
@@ -295,6 +298,7 @@ def main() -> None:
     out += [*report_hops(hops), ""]
     out += [*report_rounds(figures, plain_ms, ours_ms), ""]
     out += [*inflight.report(flight), ""]
+    out += [*inflight.report(queued), ""]
     out += [*streaming.report(streamed), ""]
     out += [*fairness.report(fair), ""]
     out += [*report_bytes(figures), ""]

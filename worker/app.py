@@ -3,9 +3,18 @@
 - The broker is only the doorbell: PostgreSQL holds every run, and the reconciler
   re-sends what a lost message or a crashed worker left behind.
 - ``task_acks_late`` + ``task_reject_on_worker_lost``: a message is acknowledged only
-  after its round committed (or was dropped as stale), so a worker that dies mid-round
-  leaves it to be redelivered. Redelivery is harmless: a claim at a boundary that has
-  moved on, or while another holder's lease is live, changes nothing and is dropped.
+  after its round committed (or was dropped as stale). Redelivery is harmless: a claim at
+  a boundary that has moved on, or while another holder's lease is live, changes nothing
+  and is dropped.
+- No ack emulation in Redis (the transport's ``ack_emulation`` off): the messages a
+  worker has taken and not acknowledged are kept in its memory only, not copied to
+  kombu's ``unacked`` hash with one MULTI/EXEC on every delivery and another on every
+  ack (two Redis round trips per round, about a tenth of a worker's CPU per round,
+  py-spy). A worker that stops (SIGTERM, a lost broker connection) puts them back in
+  their queue, as before. A worker that is killed loses them: the broker would have
+  restored them only after its visibility timeout (an hour), long after the reconciler
+  re-sent the run (its lease expired, or the dispatch grace passed), so nothing is lost
+  that PostgreSQL does not hold.
 - Prefetch multiplier 1: a worker reserves one message per free thread, so a slow
   round never holds a backlog hostage.
 - JSON only, and task arguments are ids only (run id, boundary), so Flower never shows
@@ -31,11 +40,10 @@
   is no delayed queue: the message is delivered at once, and the worker that gets it holds
   it unacknowledged in memory, on its timer, until the eta (Celery raises the prefetch
   count for each such message, so it holds no thread and blocks no other message). If that
-  worker dies, kombu restores the message only after ``visibility_timeout``; the run's
-  ``dispatched_at`` was set to the eta when the claim was given back, so the reconciler
-  re-sends it after the eta plus the dispatch grace instead. Countdowns are capped far
-  below the timeout (``worker.rate_limits.MAX_COUNTDOWN_S``): a live worker always runs
-  the message before it would be restored and delivered twice.
+  worker dies, the message dies with it; the run's ``dispatched_at`` was set to the eta
+  when the claim was given back, so the reconciler re-sends it after the eta plus the
+  dispatch grace. Countdowns are capped (``worker.rate_limits.MAX_COUNTDOWN_S``), so a
+  worker holds no message for long.
 - No app is built at import time: ``create_app(settings)`` builds one from the settings it
   is given, ``app_for`` keeps one per broker per process (publishing reuses its
   connections), and ``get_app()`` is this process's, from the environment, on first use
@@ -65,10 +73,6 @@ ROUNDS_QUEUE = "aidawork.rounds"  # the prefix of the round queues' names
 RUN_ROUND_TASK = "aidawork.run_round"
 RESUME_ROUND_TASK = "aidawork.resume_round"
 
-# Visibility timeout of the Redis transport: an unacknowledged message is redelivered
-# after this long. Kept long: PostgreSQL leases, not the broker, decide when a round is
-# abandoned; the reconciler acts after lease_s.
-VISIBILITY_TIMEOUT_S = 3600
 # kombu's publish retries on a lost broker connection: about 8 s in all, then the caller
 # defers to the reconciler (a round thread is not held longer than that).
 PUBLISH_RETRY_POLICY = {"max_retries": 10, "interval_start": 0, "interval_step": 0.5, "interval_max": 1.0}
@@ -100,7 +104,8 @@ def create_app(settings: Settings) -> Celery:
         broker_transport="worker.broker:Transport" if redis_broker(settings) else None,
         broker_connection_retry_on_startup=True,
         broker_transport_options={
-            "visibility_timeout": VISIBILITY_TIMEOUT_S,
+            # No unacked copies in Redis, so no visibility timeout (see the docstring).
+            "ack_emulation": False,
             "priority_steps": PRIORITY_STEPS,
             "queue_order_strategy": "round_robin",
         },

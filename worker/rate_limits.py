@@ -39,9 +39,9 @@ from worker.settings import Settings
 log = structlog.get_logger("aidawork.rate_limits")
 
 KEY_PREFIX = "aidawork:rate:"
-# A re-sent round's countdown is capped well below the broker's visibility timeout
-# (worker.app): a countdown message is held unacknowledged by the worker that got it until
-# its eta, and one older than the timeout would be restored and delivered twice.
+# A re-sent round's countdown is capped: a countdown message is held unacknowledged, in
+# memory, by the worker that got it until its eta (worker.app), and RabbitMQ closes a
+# channel that holds one past its consumer timeout (30 min by default).
 MAX_COUNTDOWN_S = 300.0
 # A 429 without a Retry-After blocks the bucket this long.
 DEFAULT_BLOCK_S = 1.0

@@ -1,14 +1,22 @@
 """The worker's broker transport reuses one Redis client per channel (worker/broker.py)
-and still publishes and consumes through a real Redis."""
+and still publishes and consumes through a real Redis; it keeps no unacked copies there."""
 
 from __future__ import annotations
 
+import json
+import signal
 import threading
+from uuid import uuid4
 
+import redis
 from kombu import Queue
 
-from tests.support.env import broker_app
+from tests.support.cluster import Cluster, wait_exit, wait_ready
+from tests.support.env import BROKER_URL, broker_app
+from tests.support.queues import queued_rounds
+from tests.support.wait import wait_until
 from worker import broker
+from worker.app import RUN_ROUND_TASK, round_queue
 
 
 def test_a_channel_reuses_its_redis_client_and_still_moves_messages(redis_clean: None) -> None:
@@ -54,3 +62,23 @@ def test_threads_sharing_a_channels_client_each_get_their_own_replies(redis_clea
     # thread saw the list grow.
     for mine in lengths:
         assert len(mine) == 50 and mine == sorted(mine) and all(1 <= x <= 200 for x in mine)
+
+
+def test_a_taken_message_is_kept_in_the_workers_memory_only_and_put_back_when_it_stops(cluster: Cluster) -> None:
+    """No ack emulation in Redis (worker.app): a worker holding a message it has not
+    acknowledged (a round sent with a countdown, held until its eta) leaves no copy of it
+    in Redis, and a graceful stop puts it back in its queue."""
+    broker = redis.Redis.from_url(BROKER_URL)
+    cluster.start_worker("w1", concurrency=2)
+    wait_ready(cluster, "w1")
+    args = [str(uuid4()), 0]
+    broker_app().send_task(RUN_ROUND_TASK, args=args, queue=round_queue(0), countdown=600)
+    wait_until(lambda: queued_rounds(broker) == 0, timeout_s=30, what="the worker to take the message")
+    assert not list(broker.scan_iter(match="unacked*")), "an unacked copy was written to Redis"
+
+    cluster.signal("w1", signal.SIGTERM)
+    assert wait_exit(cluster, "w1") == 0
+    assert queued_rounds(broker) == 1  # put back, not lost and not duplicated
+    key = next(broker.scan_iter(match=f"{round_queue(0)}*"))
+    body = json.loads(broker.lindex(key, 0))
+    assert body["headers"]["task"] == RUN_ROUND_TASK and body["headers"]["argsrepr"] == repr(args)

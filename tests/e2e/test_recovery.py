@@ -242,7 +242,7 @@ def test_runs_move_again_once_an_empty_redis_is_back(
         run_ids = _store_due(ctx)
         wait_until(lambda: _committed(engine) >= RUNS, timeout_s=WAIT_S, what="rounds to commit")
 
-        throwaway_redis.kill()  # every queued message is gone, and so are kombu's unacked ones
+        throwaway_redis.kill()  # every queued message is gone
         time.sleep(2)
         throwaway_redis.start()
         back = datetime.now(UTC)

@@ -165,7 +165,7 @@ def test_a_short_wait_sleeps_and_a_long_one_gives_the_round_back_no_sooner_than_
     jittered = next_step(5.0, 0.0, 1.0, 0.99)
     assert isinstance(jittered, GiveBack) and 5.0 < jittered.countdown_s < 6.25
     assert next_step(0.3, 0.0, 0.0, 0.0) == GiveBack(0.3)  # max sleep 0: every wait gives back
-    assert next_step(10_000.0, 0.0, 1.0, 0.0) == GiveBack(MAX_COUNTDOWN_S)  # below the visibility timeout
+    assert next_step(10_000.0, 0.0, 1.0, 0.0) == GiveBack(MAX_COUNTDOWN_S)  # capped
 
 
 def test_a_rate_limited_round_is_re_sent_with_a_countdown_not_retried() -> None:

@@ -139,7 +139,11 @@ def run_claimed(
         return _fail_run(ctx, claim, ROUND_ATTEMPTS_EXHAUSTED, exhausted, observation)
     failpoints.hit("after_claim", owner=claim.owner)
     try:
-        state = _state_after_claim(ctx, cached, claim)
+        # Heartbeated, as the round itself is below: a cold state's build (the whole
+        # history, the model's SDK client, a plugin's toolset) takes as long as it takes,
+        # and the claim's lease must not run out under it while this process is alive.
+        with ctx.leases.holding(claim.run_id, claim.fence):
+            state = _state_after_claim(ctx, cached, claim)
     except RequestInvalid as exc:
         return _fail_run(ctx, claim, CONFIG_INVALID, f"the stored run config is not valid: {exc.message}", observation)
     except ToolsetUnavailable:

@@ -191,3 +191,30 @@ def test_a_round_given_back_to_wait_for_its_rate_limit_is_not_due_before_its_cou
     assert due == {failed.run_id}
     assert rows(engine, "SELECT dispatched_at > now() + interval '40 seconds' AS later FROM runs WHERE id = :id",
                 id=waiting.run_id)[0]["later"]
+
+
+def test_the_claim_is_heartbeated_while_a_cold_state_is_built(ctx: Any, monkeypatch: Any) -> None:
+    """A cold state's build (the whole history, the model's SDK client) may outlast a
+    short lease: the lease keeper holds the claim from the claim on, so a heartbeat during
+    the build keeps the lease, no other worker can take the run meanwhile, and the round
+    commits under its own claim."""
+    from schema.wire import RoundTask
+    from worker import round as round_module
+    from worker.round import RoundDisposition, execute_round
+
+    run = submit(ctx.engine)
+    build = round_module._state_after_claim
+    during: dict[str, Any] = {}
+
+    def slow_build(worker_ctx: Any, cached: Any, c: Claim) -> Any:
+        expire_lease(ctx.engine, c.run_id)  # the build has outlasted the lease
+        ctx.leases.beat_once()  # what the heartbeat thread does meanwhile
+        during["lease"] = lease_of(ctx.engine, c.run_id)
+        during["rival"] = claim(ctx.engine, c.run_id)  # another worker's delivery of the same round
+        return build(worker_ctx, cached, c)
+
+    monkeypatch.setattr(round_module, "_state_after_claim", slow_build)
+    assert execute_round(ctx, RoundTask(run_id=run.run_id, boundary_seq=0)) is RoundDisposition.COMMITTED
+    assert during["lease"]["live"], "the lease ran out while the state was built"
+    assert during["rival"] is None, "another worker took the run while its state was built"
+    assert run_row(ctx.engine, run.run_id)["claim_fence"] == 1

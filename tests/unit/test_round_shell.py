@@ -57,7 +57,8 @@ def test_a_round_commits_and_dispatches_the_next_one() -> None:
     run = s.store.run(run_id)
     assert (run.status, run.boundary_seq, run.lease_expires_at, run.claim_fence) == ("running", 1, None, 1)
     assert s.dispatch.sent == [Sent("round", run_id, 1)]
-    assert s.leases.holdings == [(run_id, 1)] and s.leases.held == {}  # held while the round ran
+    # Held while its state was built and while the round ran, let go before the commit.
+    assert s.leases.holdings == [(run_id, 1), (run_id, 1)] and s.leases.held == {}
     assert [m["position"] for m in s.store.messages] == [0, 1, 2]
     (tool,) = s.store.tool_invocations
     assert (tool["tool_name"], tool["status"], tool["result"]) == ("add", "completed", {"sum": 5.0})

@@ -34,7 +34,7 @@ from runtime.rebuild import RebuildExhausted, RebuildPredecessorMismatch, Rebuil
 from runtime.record import round_record
 from runtime.state import RunState
 from runtime.tools import ToolsetUnavailable
-from schema.store.claims import INTERRUPT_PENDING, OWNER_AT_CAPACITY
+from schema.store.claims import CHANGED_SINCE_CLAIM, INTERRUPT_PENDING, OWNER_AT_CAPACITY
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
@@ -70,28 +70,39 @@ class RoundDisposition(StrEnum):
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     cached = ctx.runtime.contexts.get(task.run_id)
     claim_started_ns = time.time_ns()
-    claim = ctx.store.claim_round(
-        task.run_id,
-        task.boundary_seq,
-        lease_s=ctx.settings.lease_s,
-        after_position=cached.last_position if cached else -1,
-        cold=cached is None,
-        holder=ctx.leases.worker_id,
-        held_fence=ctx.leases.take_unreleased(task.run_id),
-    )
+    held_fence = ctx.leases.take_unreleased(task.run_id)
+
+    def claim_round() -> Claim | None:
+        return ctx.store.claim_round(
+            task.run_id,
+            task.boundary_seq,
+            lease_s=ctx.settings.lease_s,
+            after_position=cached.last_position if cached else -1,
+            cold=cached is None,
+            holder=ctx.leases.worker_id,
+            held_fence=held_fence,
+        )
+
+    claim = claim_round()
+    # Refused on a snapshot older than the change that let the run start: claimed once
+    # more (a duplicate delivery's claim is refused as usual, nothing runs twice).
+    if claim is None and log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False) == CHANGED_SINCE_CLAIM:
+        claim = claim_round()
+        if claim is None:
+            log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False)
     if claim is None:
-        log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False)
         return RoundDisposition.DROPPED
     return run_claimed(ctx, claim, cached, drive_react_loop, ctx.observe.claimed(claim, claim_started_ns, resume=False))
 
 
-def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, resume: bool) -> None:
-    """A refused claim of a run that has not ended is worth a warning: the run may be
-    waiting for a lease to expire or for the reconciler."""
+def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, resume: bool) -> str:
+    """Log why a claim was refused, and say it. A refused claim of a run that has not
+    ended is worth a warning: the run may be waiting for a lease to expire or for the
+    reconciler."""
     refusal = ctx.store.explain_refused_claim(run_id, boundary_seq, resume=resume)
     # A run waiting for a slot of its owner's cap, or to be ended by its interrupt, is
-    # normal, not a warning.
-    normal = refusal.finished or refusal.reason in (OWNER_AT_CAPACITY, INTERRUPT_PENDING)
+    # normal, not a warning; so is a run claimed again because it changed since the claim.
+    normal = refusal.finished or refusal.reason in (OWNER_AT_CAPACITY, INTERRUPT_PENDING, CHANGED_SINCE_CLAIM)
     (log.info if normal else log.warning)("claim_refused", reason=refusal.reason, run=refusal.run, resume=resume)
     ctx.observe.claim_refused(refusal.reason)
     if refusal.reason == INTERRUPT_PENDING and refusal.run is not None:
@@ -102,6 +113,7 @@ def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, re
             ctx.runtime.contexts.discard(run_id)
             log.info("run_interrupted", at_boundary=boundary_seq)
         send_next_runs(ctx.store, ctx.dispatch, next_runs)
+    return refusal.reason
 
 
 RoundStep = Callable[[OrchestratorDeps, RunState, RoundHooks], RoundResult]

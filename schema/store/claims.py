@@ -273,6 +273,10 @@ OWNER_AT_CAPACITY = "owner_at_capacity"
 # A claim refused because an ``interrupt`` submit asked the run to end at its next round
 # boundary, and this is one: the refused worker ends it (normal, not a warning).
 INTERRUPT_PENDING = "interrupt_pending"
+# A claim refused although the run meets every condition when read right after: the
+# claim's snapshot predates a change that let it start (a slot freed by a commit that
+# could not hand the run its turn, because this very claim held its row). Claimed again.
+CHANGED_SINCE_CLAIM = "changed_since_claim"
 
 
 @dataclass(frozen=True)
@@ -304,5 +308,5 @@ def explain_refused_claim(engine: Engine, run_id: UUID, boundary_seq: int, *, re
         (row.round_stored and not resume, "round_awaits_resume"),
         (resume and not row.round_stored, "suspended_round_gone"),
     ]
-    reason = next((why for failed, why in checks if failed), "changed_since_claim")
+    reason = next((why for failed, why in checks if failed), CHANGED_SINCE_CLAIM)
     return ClaimRefusal(False, reason, run)

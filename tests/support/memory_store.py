@@ -28,7 +28,7 @@ from dataclasses import fields
 from typing import Any
 from uuid import UUID, uuid4
 
-from schema.store.claims import ClaimRefusal
+from schema.store.claims import CHANGED_SINCE_CLAIM, ClaimRefusal
 from schema.store.errors import FenceLost, RootNotFound, ToolCallIdReused
 from schema.store.leases import Due
 from schema.store.runs import Submitted
@@ -257,7 +257,7 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
                 (stored and not resume, "round_awaits_resume"),
                 (resume and not stored, "suspended_round_gone"),
             ]
-            return ClaimRefusal(False, next((why for failed, why in checks if failed), "changed_since_claim"), run)
+            return ClaimRefusal(False, next((why for failed, why in checks if failed), CHANGED_SINCE_CLAIM), run)
 
     # --- rounds and the model-call ledger -------------------------------------------------
 

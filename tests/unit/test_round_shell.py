@@ -71,6 +71,30 @@ def test_a_round_commits_and_dispatches_the_next_one() -> None:
     assert s.dispatch.sent == [Sent("round", run_id, 1)]  # nothing after the end of a lone run
 
 
+def test_a_claim_refused_on_a_stale_snapshot_is_claimed_once_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim can be refused on a snapshot older than the commit that let its run start
+    (a freed slot whose pick skipped this run, its row locked by this very claim): read
+    right after, the run meets every condition, so the round claims it once more and
+    runs; refused again, the delivery is dropped, with no further try."""
+    s = shell()
+    run_id = s.submit(ADD)
+    real = s.store.claim_round
+    calls: list[int] = []
+
+    def stale_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return None if len(calls) == 1 else real(*args, **kwargs)
+
+    monkeypatch.setattr(s.store, "claim_round", stale_first)
+    assert execute(s, run_id, 0) is RoundDisposition.COMMITTED
+    assert len(calls) == 2 and s.store.run(run_id).boundary_seq == 1
+
+    calls.clear()
+    monkeypatch.setattr(s.store, "claim_round", lambda *args, **kwargs: calls.append(1))  # refused every time
+    assert execute(s, run_id, 1) is RoundDisposition.DROPPED
+    assert len(calls) == 2 and s.store.run(run_id).boundary_seq == 1
+
+
 def test_a_finished_run_dispatches_the_roots_next_run() -> None:
     s = shell()
     first = s.submit([{"content": "one"}])

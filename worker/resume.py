@@ -26,7 +26,7 @@ from schema.store.answers import Answer
 from schema.store.resumes import SuspendedCall, SuspensionMaterial
 from schema.wire import OriginalToolRoundResume
 from worker.bootstrap import WorkerContext
-from worker.round import RoundDisposition, log_refused_claim, run_claimed
+from worker.round import RoundDisposition, claim_or_refuse, run_claimed
 
 _RESUMES = TypeAdapter(list[OriginalToolRoundResume])
 
@@ -60,18 +60,24 @@ def execute_resume(ctx: WorkerContext, resumes: list[OriginalToolRoundResume]) -
 
     cached = ctx.runtime.contexts.get(run_id)
     claim_started_ns = time.time_ns()
-    claim = ctx.store.claim_round(
+    held_fence = ctx.leases.take_unreleased(run_id)
+    claim = claim_or_refuse(
+        ctx,
         run_id,
         boundary_seq,
-        lease_s=ctx.settings.lease_s,
-        after_position=cached.last_position if cached else -1,
-        cold=cached is None,
-        holder=ctx.leases.worker_id,
-        resume_of=[r.invocation_id for r in resumes],
-        held_fence=ctx.leases.take_unreleased(run_id),
+        lambda: ctx.store.claim_round(
+            run_id,
+            boundary_seq,
+            lease_s=ctx.settings.lease_s,
+            after_position=cached.last_position if cached else -1,
+            cold=cached is None,
+            holder=ctx.leases.worker_id,
+            resume_of=[r.invocation_id for r in resumes],
+            held_fence=held_fence,
+        ),
+        resume=True,
     )
     if claim is None:
-        log_refused_claim(ctx, run_id, boundary_seq, resume=True)
         return RoundDisposition.DROPPED
     observation = ctx.observe.claimed(claim, claim_started_ns, resume=True)
     stored_round = material.round

@@ -71,9 +71,11 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     cached = ctx.runtime.contexts.get(task.run_id)
     claim_started_ns = time.time_ns()
     held_fence = ctx.leases.take_unreleased(task.run_id)
-
-    def claim_round() -> Claim | None:
-        return ctx.store.claim_round(
+    claim = claim_or_refuse(
+        ctx,
+        task.run_id,
+        task.boundary_seq,
+        lambda: ctx.store.claim_round(
             task.run_id,
             task.boundary_seq,
             lease_s=ctx.settings.lease_s,
@@ -81,18 +83,26 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
             cold=cached is None,
             holder=ctx.leases.worker_id,
             held_fence=held_fence,
-        )
-
-    claim = claim_round()
-    # Refused on a snapshot older than the change that let the run start: claimed once
-    # more (a duplicate delivery's claim is refused as usual, nothing runs twice).
-    if claim is None and log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False) == CHANGED_SINCE_CLAIM:
-        claim = claim_round()
-        if claim is None:
-            log_refused_claim(ctx, task.run_id, task.boundary_seq, resume=False)
+        ),
+        resume=False,
+    )
     if claim is None:
         return RoundDisposition.DROPPED
     return run_claimed(ctx, claim, cached, drive_react_loop, ctx.observe.claimed(claim, claim_started_ns, resume=False))
+
+
+def claim_or_refuse(
+    ctx: WorkerContext, run_id: UUID, boundary_seq: int, claim: Callable[[], Claim | None], *, resume: bool
+) -> Claim | None:
+    """The claim ``claim`` makes, or None with the refusal logged. A claim refused on a
+    snapshot older than the change that let the run start (``changed_since_claim``: the
+    run meets every condition when read right after) is made once more; a duplicate
+    delivery's claim is refused as usual, so nothing runs twice."""
+    for _ in range(2):
+        made = claim()
+        if made is not None or log_refused_claim(ctx, run_id, boundary_seq, resume=resume) != CHANGED_SINCE_CLAIM:
+            return made
+    return None
 
 
 def log_refused_claim(ctx: WorkerContext, run_id: UUID, boundary_seq: int, *, resume: bool) -> str:

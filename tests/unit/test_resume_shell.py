@@ -94,3 +94,22 @@ def test_a_replayed_resume_is_refused_and_a_resume_of_a_leased_run_is_dropped() 
     with pytest.raises(ResumeRefused) as replayed:
         execute_resume(s.ctx, resumes)
     assert replayed.value.field == "invocation_id"
+
+
+def test_a_resume_claim_refused_on_a_stale_snapshot_is_claimed_once_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a round's (test_round_shell): the resume's claim, refused although the run
+    meets every condition when read right after, is made once more and commits."""
+    s = shell()
+    run_id = s.submit(READ_ONE, tools=["read_files"])
+    assert execute_round(s.ctx, RoundTask(run_id=run_id, boundary_seq=0)) is RoundDisposition.COMMITTED
+    receipt = s.store.deliver_local_read(run_id, "call_0_0", {"notes/a.txt": BODY_A})
+    real = s.store.claim_round
+    calls: list[bool] = []
+
+    def stale_first(*args: object, **kwargs: object) -> object:
+        calls.append(True)
+        return None if len(calls) == 1 else real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(s.store, "claim_round", stale_first)
+    assert execute_resume(s.ctx, receipt.resumes) is RoundDisposition.COMMITTED
+    assert len(calls) == 2 and s.dispatch.sent == [Sent("round", run_id, 1)]

@@ -31,8 +31,13 @@
   (``aidawork.rounds.0`` ...), all consumed by every worker, served one message per turn
   in rotation (``worker.broker``); a run's rounds go to its owner's queues, each send
   with the run's priority (10 priority steps: one per ``runs.priority``).
-- Publishing retries for a few seconds while the broker is unreachable
-  (``PUBLISH_RETRY_POLICY``); past that, ``send_or_defer`` marks the run due for the
+- A task is published once, without retries, on a producer taken from the app's pool
+  (``Dispatcher._send``: Celery's own message, ``create_task_message`` and
+  ``send_task_message``, without ``send_task``'s per-call work a round has no use for:
+  routing, the result object, options merging; half a round's publishing CPU, measured
+  alone). If that fails, the same task goes through ``send_task``, which retries for a few
+  seconds while the broker is unreachable (``PUBLISH_RETRY_POLICY``; a first try that did
+  reach the broker makes a duplicate, which its claim drops); past that, ``send_or_defer`` marks the run due for the
   reconciler's next pass, so a run moves again seconds after the broker is back, not
   after the dispatch grace.
 - A round waiting for its provider rate limit (``worker.rate_limits``) is given back and
@@ -57,7 +62,7 @@ import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import structlog
 from celery import Celery
@@ -182,9 +187,9 @@ class Dispatcher:
         args = [str(run_id), boundary_seq]
         # argsrepr: what Celery's saferepr would make of these two plain values (Flower
         # shows it), without its generic walk over them.
-        self.app.send_task(
-            RUN_ROUND_TASK, args=args, queue=queue, priority=broker_priority(route.priority),
-            countdown=countdown_s, argsrepr=repr(args), kwargsrepr="{}", **self._round_options,
+        self._send(
+            RUN_ROUND_TASK, args, queue=queue, priority=broker_priority(route.priority), countdown=countdown_s,
+            argsrepr=repr(args), **self._round_options,
         )
         if countdown_s is None:
             log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq, queue=queue)
@@ -192,18 +197,43 @@ class Dispatcher:
             log.info("round_enqueued", next_run_id=str(run_id), next_boundary_seq=boundary_seq, queue=queue,
                      countdown_s=round(countdown_s, 3))
 
+    def _send(
+        self, name: str, args: list[Any], *, countdown: float | None = None, argsrepr: str | None = None,
+        **options: Any,
+    ) -> None:
+        """Publish task ``name`` with ``options`` (queue, priority, declare): once, on a
+        producer from the app's pool, in the message Celery's ``send_task`` builds (its
+        parent and root the task sending it, for Flower); if that fails, through
+        ``send_task`` itself, with its retries. A countdown goes through ``send_task`` at
+        once (it sets the eta)."""
+        if countdown is None:
+            try:
+                self._send_once(name, args, argsrepr, options)
+                return
+            except Exception as exc:
+                log.warning("publish_retried", task=name, error=type(exc).__name__)
+        self.app.send_task(name, args=args, countdown=countdown, argsrepr=argsrepr, kwargsrepr="{}", **options)
+
+    def _send_once(self, name: str, args: list[Any], argsrepr: str | None, options: dict[str, Any]) -> None:
+        app = self.app
+        parent = app.current_worker_task
+        request = parent.request if parent is not None else None
+        message = app.amqp.create_task_message(
+            str(uuid4()), name, args, {}, reply_to=app.thread_oid, argsrepr=argsrepr, kwargsrepr="{}",
+            root_id=(request.root_id or request.id) if request else None, parent_id=request.id if request else None,
+            ignore_result=None,
+        )
+        with app.producer_pool.acquire(block=True) as producer:
+            app.amqp.send_task_message(producer, name, message, retry=False, **options)
+
     def resume(self, resumes: Sequence[OriginalToolRoundResume], route: Route) -> None:
         """Send the resume of a suspended round (its inputs are all stored), routed as
         its rounds are. The payload is the resume tokens: ids, digests and proofs, no
         file bodies."""
         first = resumes[0]
         queue = round_queue(queue_index(route, first.run_id, first.boundary_seq, self.queues))
-        self.app.send_task(
-            RESUME_ROUND_TASK,
-            args=[[r.model_dump(mode="json") for r in resumes]],
-            queue=queue,
-            priority=broker_priority(route.priority),
-        )
+        self._send(RESUME_ROUND_TASK, [[r.model_dump(mode="json") for r in resumes]], queue=queue,
+                   priority=broker_priority(route.priority))
         log.info(
             "resume_enqueued",
             next_run_id=str(first.run_id),

@@ -6,17 +6,22 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from typing import Any
 from uuid import uuid4
 
+import pytest
 import redis
+import structlog
 from kombu import Queue
 
+from runtime.shares import broker_priority, queue_index
+from schema.wire.route import Route
 from tests.support.cluster import Cluster, wait_exit, wait_ready
 from tests.support.env import BROKER_URL, broker_app
 from tests.support.queues import queued_rounds
 from tests.support.wait import wait_until
 from worker import broker
-from worker.app import RUN_ROUND_TASK, round_queue
+from worker.app import ROUNDS_QUEUE, RUN_ROUND_TASK, Dispatcher, round_queue
 
 
 def test_a_channel_reuses_its_redis_client_and_still_moves_messages(redis_clean: None) -> None:
@@ -82,3 +87,59 @@ def test_a_taken_message_is_kept_in_the_workers_memory_only_and_put_back_when_it
     key = next(broker.scan_iter(match=f"{round_queue(0)}*"))
     body = json.loads(broker.lindex(key, 0))
     assert body["headers"]["task"] == RUN_ROUND_TASK and body["headers"]["argsrepr"] == repr(args)
+
+
+def _queued_messages(broker: redis.Redis) -> list[dict]:
+    return [json.loads(m) for key in broker.scan_iter(match=f"{ROUNDS_QUEUE}.*") for m in broker.lrange(key, 0, -1)]
+
+
+def test_a_round_is_published_as_celerys_send_task_publishes_it(redis_clean: None) -> None:
+    """The dispatcher publishes a round once, on a pooled producer (worker.app): the very
+    message ``send_task`` makes, on the same queue and priority step."""
+    app = broker_app()
+    run_id, route = uuid4(), Route("team-publish", priority=7)
+    Dispatcher(app, 4, declare_queues=False).round(run_id, 3, route)
+    args = [str(run_id), 3]
+    queue = round_queue(queue_index(route, run_id, 3, 4))
+    app.send_task(RUN_ROUND_TASK, args=args, queue=queue, priority=broker_priority(7), argsrepr=repr(args),
+                  kwargsrepr="{}", declare=[])
+
+    broker = redis.Redis.from_url(BROKER_URL)
+    keys = list(broker.scan_iter(match=f"{ROUNDS_QUEUE}.*"))
+    assert [k.decode() for k in keys] == [f"{queue}\x06\x16{broker_priority(7)}"]
+    ours, celerys = _queued_messages(broker)
+    for message in (ours, celerys):
+        headers = message["headers"]
+        assert headers.pop("root_id") == headers.pop("id") == message["properties"]["correlation_id"]
+        headers.pop("origin")
+    assert ours["headers"] == celerys["headers"]
+    assert ours["headers"]["argsrepr"] == repr(args) and ours["headers"]["parent_id"] is None
+    assert ours["body"] == celerys["body"]  # args, no kwargs, no callbacks
+    for field in ("priority", "delivery_info", "delivery_mode", "body_encoding"):
+        assert ours["properties"][field] == celerys["properties"][field], field
+
+
+def test_a_publish_that_fails_goes_again_through_send_task_and_its_retries(
+    redis_clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = broker_app()
+    sends: list[str] = []
+    real = app.amqp.send_task_message
+
+    def fails_first(producer: Any, name: str, message: Any, **options: Any) -> Any:
+        sends.append(f"retry={options.get('retry')}")
+        if len(sends) == 1:
+            raise redis.exceptions.ConnectionError("the broker went away mid-publish")
+        return real(producer, name, message, **options)
+
+    monkeypatch.setattr(app.amqp, "send_task_message", fails_first)
+    run_id = uuid4()
+    with structlog.testing.capture_logs() as logs:
+        Dispatcher(app, 4, declare_queues=False).round(run_id, 0, Route("team-publish"))
+    # The first try without retries; then send_task's, which retries (PUBLISH_RETRY_POLICY).
+    assert sends == ["retry=False", "retry=None"]
+    assert [(e["event"], e["error"]) for e in logs if e["log_level"] == "warning"] == [
+        ("publish_retried", "ConnectionError")
+    ]
+    (message,) = _queued_messages(redis.Redis.from_url(BROKER_URL))
+    assert message["headers"]["argsrepr"] == repr([str(run_id), 0])

@@ -34,12 +34,12 @@
 - A task is published once, without retries, on a producer taken from the app's pool
   (``Dispatcher._send``: Celery's own message, ``create_task_message`` and
   ``send_task_message``, without ``send_task``'s per-call work a round has no use for:
-  routing, the result object, options merging; half a round's publishing CPU, measured
-  alone). If that fails, the same task goes through ``send_task``, which retries for a few
-  seconds while the broker is unreachable (``PUBLISH_RETRY_POLICY``; a first try that did
-  reach the broker makes a duplicate, which its claim drops); past that, ``send_or_defer`` marks the run due for the
-  reconciler's next pass, so a run moves again seconds after the broker is back, not
-  after the dispatch grace.
+  routing, the result object, options merging; about a third of a round's publishing
+  CPU, measured alone). If that fails, the same task goes through ``send_task``, which
+  retries for a few seconds while the broker is unreachable (``PUBLISH_RETRY_POLICY``; a
+  first try that did reach the broker makes a duplicate, which its claim drops); past
+  that, ``send_or_defer`` marks the run due for the reconciler's next pass, so a run moves
+  again seconds after the broker is back, not after the dispatch grace.
 - A round waiting for its provider rate limit (``worker.rate_limits``) is given back and
   re-sent with a ``countdown`` (``Dispatcher.round``). On the Redis transport a countdown
   is no delayed queue: the message is delivered at once, and the worker that gets it holds

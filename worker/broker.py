@@ -1,6 +1,7 @@
-"""The Redis transport, with two changes: a channel reuses one Redis client for its
-synchronous commands instead of building a new one for every publish and ack, and its
-BRPOP serves the queues in turn, each at its own priority order.
+"""The Redis transport, with three changes: a channel reuses one Redis client for its
+synchronous commands instead of building a new one for every publish and ack, its BRPOP
+serves the queues in turn, each at its own priority order, and under a backlog it takes
+messages in batches, in that same order.
 
 kombu's Redis channel creates a ``redis.Redis`` object per operation
 (``Channel.conn_or_acquire``), and each builds its table of ~200 response callbacks: about
@@ -21,7 +22,22 @@ urgent message would jump every other queue's turn: one owner's priorities would
 another owner's share. Here the keys are listed queue first (the first queue's steps in
 order, then the next queue's), so BRPOP pops from the first non-empty queue of the
 rotation, the most urgent of that queue's messages: priorities order rounds within a
-queue, the rotation between queues. Selected in ``worker.app`` with ``broker_transport``."""
+queue, the rotation between queues.
+
+Intake in batches: after each BRPOP the channel takes up to ``BATCH_MAX`` more messages
+(never more than its free prefetch slots) in one Lua script, ``TAKE_MORE_LUA``, which pops
+them as that many BRPOPs would: over the same keys, with the same rotation after each
+message, so the fair share and the priorities hold (tests/e2e/test_broker_client.py
+compares the two orders). A process with hundreds of round threads gives the GIL up at
+every blocking call and then waits for it among them; the event loop's thread did that
+for every message it took (the BRPOP sent, polled and read), so under a backlog the
+messages waited in Redis while round threads sat idle (the README, issue 9, has the
+figures). When a batch finds nothing (no backlog), the next ``PROBE_EVERY - 1`` BRPOPs
+take none, so a worker that keeps up does not pay an empty call per message. A batch's
+messages are in the worker's memory only, as any prefetched message is (no ack
+emulation, ``worker.app``).
+
+Selected in ``worker.app`` with ``broker_transport``."""
 
 from __future__ import annotations
 
@@ -32,10 +48,50 @@ from typing import Any
 
 import redis
 from kombu.transport import redis as kombu_redis
+from kombu.utils.json import loads
 
 # Packed BRPOP commands kept per channel, one per queue order (the rotation of a few
 # owners' queues visits far fewer; past this many the cache starts over).
 BRPOP_CACHE_MAX = 512
+# At most this many more messages per BRPOP (one script's work in Redis, and the event
+# loop's between two polls), and never more than the free prefetch slots.
+BATCH_MAX = 128
+# A batch that found nothing is tried again after this many BRPOPs.
+PROBE_EVERY = 8
+
+# KEYS: the BRPOP keys in brpop_keys' order, ARGV[1] queues of ARGV[2] priority steps each;
+# ARGV[3]: at most this many messages. Each message is popped from the first non-empty key
+# (a queue's steps in order, queue by queue), and its queue then moves to the end of the
+# order, as kombu's round-robin cycle does after a BRPOP. Returns the 1-based index of each
+# message's queue, then the message, for each message in the order taken.
+TAKE_MORE_LUA = """
+local queues, steps, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local order, empty, taken = {}, {}, {}
+for q = 1, queues do order[q] = q end
+while #taken < 2 * limit do
+  local popped = false
+  for pos, q in ipairs(order) do
+    for s = 1, steps do
+      local key = (q - 1) * steps + s
+      if not empty[key] then
+        local message = redis.call('RPOP', KEYS[key])
+        if message then
+          taken[#taken + 1] = q
+          taken[#taken + 1] = message
+          table.remove(order, pos)
+          order[#order + 1] = q
+          popped = true
+          break
+        end
+        empty[key] = true
+      end
+    end
+    if popped then break end
+  end
+  if not popped then break end
+end
+return taken
+"""
 
 
 def brpop_keys(queues: Sequence[str], steps: Sequence[int], key_for: Callable[[str, int], str]) -> list[str]:
@@ -48,6 +104,9 @@ class Channel(kombu_redis.Channel):
         self._sync_client: Any = None
         self._sync_client_lock = threading.Lock()
         self._brpop_packed: dict[tuple[tuple[str, ...], float], Any] = {}
+        self._take_packed: dict[tuple[tuple[str, ...], int], Any] = {}
+        self._backlog = True  # the last batch found messages (or none was tried yet)
+        self._since_probe = 0
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
@@ -87,9 +146,65 @@ class Channel(kombu_redis.Channel):
         self._brpop_sent_at = monotonic()  # type: ignore[assignment]  # kombu declares it None
         connection.send_packed_command(packed)
 
+    def _brpop_read(self, **options: Any) -> bool:
+        delivered = bool(super()._brpop_read(**options))  # type: ignore[no-untyped-call]
+        self._take_more()
+        return delivered
+
+    def _take_more(self) -> None:
+        """After a BRPOP's message, the messages the next BRPOPs would take, up to the
+        free prefetch slots and BATCH_MAX, in one call (see the module's docstring). It
+        runs on the BRPOP's own connection, idle until the event loop sends the next
+        BRPOP, as a packed EVAL kept per queue order and size (a power of two)."""
+        self._since_probe += 1
+        if self.global_keyprefix or (not self._backlog and self._since_probe < PROBE_EVERY):
+            return
+        free = self.qos.can_consume_max_estimate()
+        most = BATCH_MAX if free is None else min(BATCH_MAX, free)
+        if most <= 0:
+            return
+        self._since_probe = 0
+        limit = 1 << (most.bit_length() - 1)
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        connection = self.client.connection
+        key = (tuple(queues), limit)
+        packed = self._take_packed.get(key)
+        if packed is None:
+            keys = brpop_keys(queues, self.priority_steps, self._q_for_pri)
+            packed = connection.pack_command(
+                "EVAL", TAKE_MORE_LUA, len(keys), *keys, len(queues), len(self.priority_steps), limit
+            )
+            if len(self._take_packed) >= BRPOP_CACHE_MAX:
+                self._take_packed.clear()
+            self._take_packed[key] = packed
+        try:
+            connection.send_packed_command(packed)
+            taken = self.client.parse_response(connection, "EVAL")
+        except self.connection_errors:
+            connection.disconnect()  # as after a failed BRPOP: the next command reconnects
+            raise
+        self._backlog = bool(taken)
+        batch = [(queues[int(index) - 1], raw) for index, raw in zip(taken[::2], taken[1::2], strict=True)]
+        for i, (queue, raw) in enumerate(batch):
+            self._queue_cycle.rotate(queue)
+            try:
+                self.connection._deliver(loads(raw), queue)  # type: ignore[no-untyped-call]
+            except BaseException:
+                self._put_back(batch[i + 1 :])
+                raise
+
+    def _put_back(self, batch: list[tuple[str, bytes]]) -> None:
+        """Messages of a batch not handed to the consumer (its delivery of an earlier one
+        raised), back where they were: each at the head of its queue's step, in order."""
+        client = self._create_client()
+        for queue, raw in reversed(batch):
+            step = self._get_message_priority(loads(raw), reverse=False)  # type: ignore[no-untyped-call]
+            client.rpush(self._q_for_pri(queue, step), raw)  # type: ignore[no-untyped-call]
+
     def _disconnect_pools(self) -> None:
         self._sync_client = None  # bound to the pool being dropped
         self._brpop_packed.clear()
+        self._take_packed.clear()
         super()._disconnect_pools()  # type: ignore[no-untyped-call]
 
 

@@ -1,5 +1,6 @@
 """The worker's broker transport reuses one Redis client per channel (worker/broker.py)
-and still publishes and consumes through a real Redis; it keeps no unacked copies there."""
+and still publishes and consumes through a real Redis; it keeps no unacked copies there;
+and under a backlog it takes messages in batches, in the order of one BRPOP each."""
 
 from __future__ import annotations
 
@@ -143,3 +144,110 @@ def test_a_publish_that_fails_goes_again_through_send_task_and_its_retries(
     ]
     (message,) = _queued_messages(redis.Redis.from_url(BROKER_URL))
     assert message["headers"]["argsrepr"] == repr([str(run_id), 0])
+
+
+# Batched intake (worker.broker.Channel._take_more): messages published to three round
+# queues at several priorities, taken by a kombu consumer on the worker's transport.
+BATCH_QUEUES = [round_queue(i) for i in range(3)]
+# (queue index, priority) of each message, in publishing order.
+BATCH_MESSAGES = [(0, 0), (0, 9), (0, 5), (0, 0), (0, 9), (0, 0), (1, 5), (1, 5), (1, 0), (2, 9), (2, 0), (2, 0),
+                  (2, 5)]
+
+
+def _take_all(
+    prefetch: int, *, ack: bool, expected: int, publish: bool = True
+) -> tuple[list[tuple[int, int]], int, int]:
+    """Publish BATCH_MESSAGES (queue index, priority), consume with ``prefetch`` slots
+    until ``expected`` arrived and nothing more comes: the (queue, number) pairs in the
+    order delivered, how many BRPOPs were sent, and how many messages were left in Redis
+    (before the channel closes and puts back what it holds)."""
+    got: list[tuple[int, int]] = []
+    brpops = 0
+    original = broker.Channel._brpop_start
+
+    def counted(self: broker.Channel, timeout: float | None = None) -> None:
+        nonlocal brpops
+        brpops += 1
+        original(self, timeout)
+
+    def on_message(body: dict[str, Any], message: Any) -> None:
+        got.append((body["queue"], body["n"]))
+        if ack:
+            message.ack()
+
+    with broker_app().connection_for_write() as conn:
+        channel = conn.channel()
+        queues = [Queue(name, channel=channel) for name in BATCH_QUEUES]
+        with conn.Producer(channel) as producer:
+            for n, (q, priority) in enumerate(BATCH_MESSAGES if publish else []):
+                producer.publish({"queue": q, "n": n}, routing_key=BATCH_QUEUES[q], priority=priority,
+                                 serializer="json")
+        broker.Channel._brpop_start = counted  # type: ignore[method-assign]
+        try:
+            with conn.Consumer(queues, channel=channel, callbacks=[on_message]) as consumer:
+                consumer.qos(prefetch_count=prefetch)
+                while True:
+                    try:
+                        conn.drain_events(timeout=0.5 if len(got) >= expected else 10)
+                    except TimeoutError:
+                        break
+        finally:
+            broker.Channel._brpop_start = original  # type: ignore[method-assign]
+        left = queued_rounds(redis.Redis.from_url(BROKER_URL))
+        channel.close()
+    return got, brpops, left
+
+
+def test_batched_intake_takes_messages_in_the_order_one_brpop_each_takes_them(
+    redis_clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batched, batched_brpops, _ = _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES))
+    monkeypatch.setattr(broker, "BATCH_MAX", 0)
+    one_by_one, single_brpops, _ = _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES))
+
+    assert sorted(batched) == sorted((q, n) for n, (q, _) in enumerate(BATCH_MESSAGES))  # each once
+    assert batched == one_by_one
+    assert batched_brpops < len(BATCH_MESSAGES) <= single_brpops
+    # What one BRPOP each does: the queues take turns, and within a queue the most urgent
+    # step first (step 0), in publishing order within a step.
+    assert len({q for q, _ in one_by_one[:3]}) == 3
+    for q in range(3):
+        mine = [n for queue, n in one_by_one if queue == q]
+        assert mine == sorted(mine, key=lambda n: (BATCH_MESSAGES[n][1], n))
+
+
+def test_batched_intake_takes_no_more_than_the_free_prefetch_slots(redis_clean: None) -> None:
+    got, _, left = _take_all(prefetch=3, ack=False, expected=3)
+    assert len(got) == 3
+    assert left == len(BATCH_MESSAGES) - 3
+
+
+def test_a_batch_whose_delivery_fails_puts_the_rest_back_in_order(
+    redis_clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer raising on a batched message (the fourth taken) loses nothing: the
+    messages after it are back at the head of their queues, and a later consumer takes
+    them in the order it would have."""
+    from kombu.transport import virtual
+
+    expected, _, _ = _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES))
+    seen = 0
+    original = virtual.Transport._deliver
+
+    def fails_on_fourth(self: Any, message: Any, queue: str) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == 4:
+            raise RuntimeError("the consumer failed")
+        original(self, message, queue)
+
+    monkeypatch.setattr(virtual.Transport, "_deliver", fails_on_fourth)
+    with pytest.raises(RuntimeError, match="the consumer failed"):
+        _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES))
+    monkeypatch.setattr(virtual.Transport, "_deliver", original)
+    # The three delivered were acknowledged and the fourth went with its consumer's error
+    # (as a message taken by BRPOP would); the rest came back, each queue's in its order.
+    rest, _, left = _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES) - 4, publish=False)
+    assert left == 0 and sorted(rest) == sorted(expected[4:])
+    for q in range(3):
+        assert [n for queue, n in rest if queue == q] == [n for queue, n in expected[4:] if queue == q]

@@ -50,9 +50,10 @@ import redis
 from kombu.transport import redis as kombu_redis
 from kombu.utils.json import loads
 
-# Packed BRPOP commands kept per channel, one per queue order (the rotation of a few
-# owners' queues visits far fewer; past this many the cache starts over).
-BRPOP_CACHE_MAX = 512
+# Packed commands (a BRPOP, a batch's EVAL) kept per channel, one per queue order and
+# parameter (the rotation of a few owners' queues visits far fewer; past this many the
+# cache starts over).
+PACKED_CACHE_MAX = 512
 # At most this many more messages per BRPOP (one script's work in Redis, and the event
 # loop's between two polls), and never more than the free prefetch slots.
 BATCH_MAX = 128
@@ -63,7 +64,7 @@ PROBE_EVERY = 8
 # ARGV[3]: at most this many messages. Each message is popped from the first non-empty key
 # (a queue's steps in order, queue by queue), and its queue then moves to the end of the
 # order, as kombu's round-robin cycle does after a BRPOP. Returns the 1-based index of each
-# message's queue, then the message, for each message in the order taken.
+# message's key, then the message, for each message in the order taken.
 TAKE_MORE_LUA = """
 local queues, steps, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local order, empty, taken = {}, {}, {}
@@ -76,7 +77,7 @@ while #taken < 2 * limit do
       if not empty[key] then
         local message = redis.call('RPOP', KEYS[key])
         if message then
-          taken[#taken + 1] = q
+          taken[#taken + 1] = key
           taken[#taken + 1] = message
           table.remove(order, pos)
           order[#order + 1] = q
@@ -103,8 +104,7 @@ class Channel(kombu_redis.Channel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._sync_client: Any = None
         self._sync_client_lock = threading.Lock()
-        self._brpop_packed: dict[tuple[tuple[str, ...], float], Any] = {}
-        self._take_packed: dict[tuple[tuple[str, ...], int], Any] = {}
+        self._packed: dict[tuple[Any, ...], Any] = {}
         self._backlog = True  # the last batch found messages (or none was tried yet)
         self._since_probe = 0
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
@@ -131,17 +131,15 @@ class Channel(kombu_redis.Channel):
         if not queues:
             return
         connection = self.client.connection
-        key = (tuple(queues), timeout)
-        packed = self._brpop_packed.get(key)
-        if packed is None:
+
+        def pack() -> Any:
             keys: list[Any] = brpop_keys(queues, self.priority_steps, self._q_for_pri)
             command_args = ["BRPOP", *keys, timeout or 0]
             if self.global_keyprefix:
                 command_args = self.client._prefix_args(command_args)
-            packed = connection.pack_command(*command_args)
-            if len(self._brpop_packed) >= BRPOP_CACHE_MAX:
-                self._brpop_packed.clear()
-            self._brpop_packed[key] = packed
+            return connection.pack_command(*command_args)
+
+        packed = self._packed_once(("BRPOP", tuple(queues), timeout), pack)
         self._in_poll = connection
         self._brpop_sent_at = monotonic()  # type: ignore[assignment]  # kombu declares it None
         connection.send_packed_command(packed)
@@ -166,17 +164,14 @@ class Channel(kombu_redis.Channel):
         self._since_probe = 0
         limit = 1 << (most.bit_length() - 1)
         queues = self._queue_cycle.consume(len(self.active_queues))
+        steps = len(self.priority_steps)
         connection = self.client.connection
-        key = (tuple(queues), limit)
-        packed = self._take_packed.get(key)
-        if packed is None:
+
+        def pack() -> tuple[Any, list[str]]:
             keys = brpop_keys(queues, self.priority_steps, self._q_for_pri)
-            packed = connection.pack_command(
-                "EVAL", TAKE_MORE_LUA, len(keys), *keys, len(queues), len(self.priority_steps), limit
-            )
-            if len(self._take_packed) >= BRPOP_CACHE_MAX:
-                self._take_packed.clear()
-            self._take_packed[key] = packed
+            return connection.pack_command("EVAL", TAKE_MORE_LUA, len(keys), *keys, len(queues), steps, limit), keys
+
+        packed, keys = self._packed_once(("EVAL", tuple(queues), limit), pack)
         try:
             connection.send_packed_command(packed)
             taken = self.client.parse_response(connection, "EVAL")
@@ -184,27 +179,31 @@ class Channel(kombu_redis.Channel):
             connection.disconnect()  # as after a failed BRPOP: the next command reconnects
             raise
         self._backlog = bool(taken)
-        batch = [(queues[int(index) - 1], raw) for index, raw in zip(taken[::2], taken[1::2], strict=True)]
-        for i, (queue, raw) in enumerate(batch):
+        batch = [(int(index) - 1, raw) for index, raw in zip(taken[::2], taken[1::2], strict=True)]
+        for i, (at, raw) in enumerate(batch):
+            queue = queues[at // steps]
             self._queue_cycle.rotate(queue)
             try:
                 self.connection._deliver(loads(raw), queue)  # type: ignore[no-untyped-call]
             except BaseException:
-                self._put_back(batch[i + 1 :])
+                # The rest back where they were, each at the head of the key it came from.
+                client = self._create_client()
+                for rest_at, rest in reversed(batch[i + 1 :]):
+                    client.rpush(keys[rest_at], rest)
                 raise
 
-    def _put_back(self, batch: list[tuple[str, bytes]]) -> None:
-        """Messages of a batch not handed to the consumer (its delivery of an earlier one
-        raised), back where they were: each at the head of its queue's step, in order."""
-        client = self._create_client()
-        for queue, raw in reversed(batch):
-            step = self._get_message_priority(loads(raw), reverse=False)  # type: ignore[no-untyped-call]
-            client.rpush(self._q_for_pri(queue, step), raw)  # type: ignore[no-untyped-call]
+    def _packed_once(self, key: tuple[Any, ...], pack: Callable[[], Any]) -> Any:
+        """What ``pack`` returns (a packed command), computed once per ``key``."""
+        packed = self._packed.get(key)
+        if packed is None:
+            if len(self._packed) >= PACKED_CACHE_MAX:
+                self._packed.clear()
+            packed = self._packed[key] = pack()
+        return packed
 
     def _disconnect_pools(self) -> None:
         self._sync_client = None  # bound to the pool being dropped
-        self._brpop_packed.clear()
-        self._take_packed.clear()
+        self._packed.clear()
         super()._disconnect_pools()  # type: ignore[no-untyped-call]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -80,6 +81,30 @@ def _say_as_json(msg: str, f: Any = None) -> None:
         os.write(sys.__stderr__.fileno() if sys.__stderr__ else 2, (json.dumps(line) + "\n").encode())
 
 
+# The cyclic garbage collector of a worker process, set once its consumer is ready. A
+# worker at a high concurrency holds hundreds of rounds at once, each alive for its model
+# call: with Python's default first threshold (700 net allocations) a collection came every
+# few rounds and walked objects that were all still alive (a run of 512 x 3 rounds at 1 s
+# turns collected about 3,000 garbage objects in 570 collections, 0.6-0.7 s of the worker's
+# CPU, 0.4 ms per round, with full collections of 100-170 ms that stop every thread). The
+# start-up objects (imports, Celery, the pools) are moved out of the collector's sight
+# (gc.freeze) and it runs after 10,000 net allocations: 40 collections, 0.25 s.
+GC_THRESHOLDS = (10_000, 20, 10)
+
+
+def _gc_when_ready() -> None:
+    from celery.signals import worker_ready
+
+    worker_ready.connect(_tune_gc, weak=False)
+
+
+def _tune_gc(**_: Any) -> None:
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    log.info("gc_tuned", frozen_objects=gc.get_freeze_count(), thresholds=list(GC_THRESHOLDS))
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from schema.migrate import ensure_database, upgrade_head
 
@@ -116,6 +141,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     serve_metrics(get_context())  # before Celery starts: a port in use fails the start, loudly
     _celery_keeps_our_logging()
     _celery_says_json()
+    _gc_when_ready()
     queues = round_queues(settings)
     log.info("worker_started", node=node, concurrency=concurrency, queues=len(queues), version=aidawork_version())
     try:

@@ -28,6 +28,7 @@ from worker.processes import GC_THRESHOLDS
 
 PLUGINS = REPO / "tests" / "support" / "plugins"
 VENV_BIN = Path(sys.executable).parent
+WORKER_CONCURRENCY = 6
 
 
 def lines_of(path: Path) -> list[dict[str, Any]]:
@@ -53,7 +54,7 @@ def test_every_process_writes_only_json_lines_including_its_startup_lines(
 ) -> None:
     # The default node name (aidawork@%h), and a plugin that warns when imported.
     env = {"AIDAWORK_WORKER_NAME": "aidawork@%h", "AIDAWORK_PLUGINS": "warning_plugin", "PYTHONPATH": str(PLUGINS)}
-    cluster.start_worker("w1", env=env)
+    cluster.start_worker("w1", env=env, concurrency=WORKER_CONCURRENCY)
     cluster.start_beat()
     probe_env = {"PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", "HOSTNAME": socket.gethostname(),
                  "AIDAWORK_BROKER_URL": BROKER_URL}
@@ -82,6 +83,9 @@ def test_every_process_writes_only_json_lines_including_its_startup_lines(
     tuned = [e for e in worker if e["event"] == "gc_tuned"]
     assert len(tuned) == 1 and tuned[0]["thresholds"] == list(GC_THRESHOLDS), tuned
     assert tuned[0]["frozen_objects"] > 10_000, tuned
+    # Every thread of its pool started before its first round, not one per task found none idle.
+    pool = [e for e in worker if e["event"] == "pool_threads_started"]
+    assert len(pool) == 1 and pool[0]["threads"] == WORKER_CONCURRENCY, pool
     assert has(worker, "py.warnings", "warning_plugin: this backend is deprecated")
     assert has(worker, "celery.apps.worker", "Warm shutdown")
     assert any(e["event"] == "round_committed" for e in worker)

@@ -91,7 +91,7 @@ def _say_as_json(msg: str, f: Any = None) -> None:
 # start-up objects (imports, Celery, the pools) are moved out of the collector's sight
 # (gc.freeze) and it runs after 10,000 net allocations: 0.04-0.24 s, no full collection.
 GC_THRESHOLDS = (10_000, 20, 10)
-# How long the pool's threads may take to start, all of them (512 start in about 0.05 s).
+# How long the pool's threads may take to start, all of them (512: about 0.14 s).
 POOL_START_TIMEOUT_S = 30.0
 
 
@@ -111,10 +111,9 @@ def _start_pool_threads(pool: Any) -> None:
     """Every thread of the threads pool started now, before the first message. Celery's
     pool (a ThreadPoolExecutor) starts a thread only when a task finds none idle, on the
     consumer's own thread, and each start waits until the new thread has run: a worker
-    started into a backlog started its 511 more threads one by one while the first rounds
-    already held the GIL, and the consumer stopped taking messages meanwhile (in the bench's
-    queued-first in-flight run, about 6 % of the worker's CPU per round). Each thread here
-    runs one task that waits until all have started; so a thread per slot, and all idle."""
+    started into a backlog paid for its threads one by one in its first burst of rounds,
+    competing with them for the GIL. Here each thread runs one task that waits until all
+    have started (512 threads: about 0.14 s, before the worker takes a message)."""
     executor = getattr(pool, "executor", None)
     if executor is None:  # not the threads pool
         return

@@ -101,9 +101,8 @@ def _when_ready() -> None:
     worker_ready.connect(_on_ready, weak=False)
 
 
-def _on_ready(sender: Any = None, **_: Any) -> None:
-    if sender is not None:
-        _start_pool_threads(sender.pool)
+def _on_ready(sender: Any, **_: Any) -> None:  # sender: the worker's consumer
+    _start_pool_threads(sender.pool)
     _tune_gc()
 
 

@@ -4,14 +4,16 @@ depends on worker.client only for submitting."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
 from uuid import UUID
 
+import psycopg
 import redis
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, make_url, text
 
 from bench.env import BROKER_URL, DB_NAME, DB_URL, PG
 
@@ -179,3 +181,27 @@ def config_bytes(run_id: UUID) -> int:
         return int(
             conn.execute(text("SELECT pg_column_size(config) FROM runs WHERE id = :id"), {"id": run_id}).scalar_one()
         )
+
+
+def statement_floor_ms(samples: int = 400) -> dict[str, float]:
+    """What the database costs one statement here, whatever the statement: medians in ms
+    of a ``SELECT 1`` (the loopback round trip alone) and of a one-row ``UPDATE`` in
+    autocommit, which also waits for its WAL flush as each of a round's writes does.
+    psycopg on its own connection, as the store runs its statements."""
+    url = make_url(DB_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id int PRIMARY KEY, n bigint NOT NULL)")
+        conn.execute("INSERT INTO bench_floor VALUES (1, 0) ON CONFLICT DO NOTHING")
+
+        def median_ms(sql: str) -> float:
+            spent = []
+            for _ in range(samples):
+                start = time.perf_counter()
+                conn.execute(sql)
+                spent.append((time.perf_counter() - start) * 1000)
+            return statistics.median(spent)
+
+        return {
+            "read": median_ms("SELECT 1"),
+            "write": median_ms("UPDATE bench_floor SET n = n + 1 WHERE id = 1"),
+        }

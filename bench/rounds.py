@@ -37,7 +37,7 @@ ROUND_WORKER_CONCURRENCY = 8
 BIG_OUTPUT_CHARS = 100_000
 GOAL_RATIO = 1.5
 # A round's synchronous writes: the claim with its context delta, the ledger before and
-# after the model call, the commit (README, "Performance").
+# after the model call, the commit (README, "Development": why each one is synchronous).
 SYNC_WRITES = {"claim+load": 1, "model-call ledger": 2, "commit": 1}
 # Chains of 400 hops per kind, alternating, before and after the round figures.
 HOP_CHAINS_BEFORE, HOP_CHAINS_AFTER = 4, 2
@@ -225,7 +225,7 @@ def report_rounds(figures: dict[str, Any], plain_ms: float, ours_ms: float) -> l
         f"    (one-row UPDATE in autocommit {floor['write']:.2f} ms; SELECT 1 {floor['read']:.2f} ms) "
         f"= {floor_ms:.2f} ms = {floor_ms / plain_ms:.2f}x the plain hop;",
         f"    the goal leaves {goal_ms - floor_ms:.2f} ms per round for the round's own work (its statements' "
-        f"execution, the loop), which took {_mean(rows[2][1]) - floor_ms:.2f} ms over the 500 rounds",
+        f"execution, the loop), which took {_mean(gaps) - floor_ms:.2f} ms over the 500 rounds",
     ]
     cpu = figures["cpu_ms"]
     lines += [

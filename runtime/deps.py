@@ -172,6 +172,7 @@ def compose_deps(runtime: Runtime, turn_config: TurnConfig, owner: str) -> Orche
         proofs=runtime.base.proofs,
         provider=turn_config.model.provider,
         model_name=str(getattr(turn_config.model, "name", turn_config.model.provider)),
+        model_config=turn_config.model,
         call_limit=call_limit_key(turn_config.model.provider, turn_config.model, output_tokens),
         max_output_tokens=output_tokens,
     )

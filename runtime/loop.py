@@ -79,8 +79,11 @@ def request_digest(deps: OrchestratorDeps, messages_digest: str) -> str:
 def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks | None = None) -> RoundResult:
     """Do exactly one round of the run described by ``state``.
 
-    A retryable model error (``ModelUnavailable``) propagates: the round did not happen
-    and may be tried again. Every other model error ends the run with its code.
+    A model error ends the run with its code, ``ModelUnavailable`` included: the call
+    had its whole budget (``policy.model_timeout_s``, the SDK's retries within it), so
+    trying the round again would only keep the run ``running`` for as long again; its
+    code says a new run may succeed. A retryable error raised around the call (the fleet's
+    rate limit, ``RoundRateLimited``) propagates: the round did not happen and is given back.
 
     When ``state`` carries the response an earlier holder of this round was given for
     this very request (same request digest: same system prompt, context and tools), the
@@ -104,10 +107,11 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
         on_delta=hooks.model_delta_sink(),
         known_message_tokens=state.tally.tokens + sum(m.token_count for m in fresh),
     )
+    calls = LedgeredCalls(deps, state, hooks, asked)
     try:
-        response = complete_turn(request, deps.policy.on_truncation, LedgeredCalls(deps, state, hooks, asked))
+        response = complete_turn(request, deps.policy.on_truncation, calls)
     except ModelError as exc:
-        if exc.retryable:
+        if exc.retryable and exc is not calls.model_error:
             raise
         outcome: RoundOutcome = Fail(exc.code, exc.message)
         if isinstance(exc, ModelInputRejection):
@@ -148,6 +152,9 @@ class LedgeredCalls:
         self._deps = deps
         self._hooks = hooks
         self._asked = asked
+        # What the model itself raised (not the hooks around the call): the loop tells
+        # the provider's unavailability from the rate limit's by it.
+        self.model_error: ModelError | None = None
         recorded = state.recorded_response
         self._reusable = (
             ModelResponse.from_json(recorded.response)
@@ -164,6 +171,7 @@ class LedgeredCalls:
         try:
             response = self._deps.model.complete(request)
         except ModelError as exc:
+            self.model_error = exc
             self._hooks.model_call_finished(None, exc)
             raise
         self._hooks.model_call_finished(response, None)

@@ -31,6 +31,9 @@ class OrchestratorDeps:
     # the provider and the provider's model name (the provider again when it has none).
     provider: str = "unknown"
     model_name: str = "unknown"
+    # The run's model config as validated (a ``ModelConfig`` or a plugin's): what the
+    # calls ask for (base URL, output limit, temperature), reported on their spans.
+    model_config: Any = None
     # What the run's model calls count against in the fleet's provider rate limits (None:
     # a provider without a configured key, never limited).
     call_limit: CallLimitKey | None = None

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry
-
 from worker.client_context import ClientContext, ProcessContext, build_client_context, pool_size_for
 from worker.deltas import DeltaSink, publisher_for
 from worker.leases import LeaseKeeper
-from worker.observability.metrics import RoundMetrics, serve
+from worker.observability.metrics import serve
 from worker.observability.rounds import Observability
 from worker.observability.tracing import process_tracing
 from worker.rate_limits import RateLimiter, limiter_for
@@ -52,7 +50,7 @@ def build_context(settings: Settings, threads: int | None = None) -> WorkerConte
     leases = LeaseKeeper(client.engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s)
     redis_broker = settings.broker_url.startswith(("redis:", "rediss:"))
     deltas = publisher_for(settings.broker_url) if redis_broker else None
-    observe = Observability(RoundMetrics(CollectorRegistry()), process_tracing(settings, "aidawork-worker"))
+    observe = Observability.for_process(settings, client.runtime, process_tracing(settings, "aidawork-worker"))
     return WorkerContext(
         **vars(client), leases=leases, deltas=deltas, observe=observe, rate_limits=limiter_for(settings)
     )

@@ -206,7 +206,7 @@ class DeltaSubscription:
 
     def __init__(self, url: str, run_id: UUID, *, ready_timeout_s: float = 2.0) -> None:
         self._client = redis.Redis.from_url(url, socket_connect_timeout=ready_timeout_s)
-        self._pubsub: Any = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        self._pubsub: Any = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
         try:
             self._pubsub.subscribe(channel(run_id))
             # The confirmation: from here on no delta of the run is missed.

@@ -1,4 +1,5 @@
-"""``aidawork owner set/show/list``: an owner's limits (``schema.store.limits``).
+"""``aidawork owner set/show/list``: an owner's limits (``schema.store.limits``);
+``aidawork owner webhook-secret``: the secret its webhook receivers verify with.
 
 ``set`` changes only the flags given; ``none`` clears a limit (``--max-running none``: no
 cap; ``--token-budget none``: no budget, and its window goes with it). A refusal names
@@ -92,6 +93,28 @@ def cmd_owner_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_owner_webhook_secret(args: argparse.Namespace) -> int:
+    """Prints the owner's webhook secret in both forms. It is derived from
+    ``AIDAWORK_WEBHOOK_SECRET`` (nothing stored, the same every time): run it where that is
+    set, and hand each owner's receivers only their own."""
+    from worker.settings import get_settings
+    from worker.webhooks.signature import owner_secret, standard_secret
+
+    owner = check_owner(args.owner)
+    master = get_settings().webhook_secret
+    if master is None:
+        raise OwnerInputError("AIDAWORK_WEBHOOK_SECRET is not set: owners' webhook secrets are derived from it")
+    secret = owner_secret(master.get_secret_value(), owner)
+    shown = {"owner": owner, "secret": secret, "whsec": standard_secret(secret)}
+    if args.json:
+        print(json.dumps(shown, indent=2))
+    else:
+        print(f"owner   {owner}\n"
+              f"secret  {shown['secret']}  (AIDAWORK-Signature: worker.client.verify_webhook(body, header, secret))\n"
+              f"whsec   {shown['whsec']}  (Standard Webhooks: standardwebhooks.Webhook(whsec).verify(body, headers))")
+    return 0
+
+
 _HEADER = ("OWNER", "RUNNING", "MAX_RUNNING", "WEIGHT", "TOKEN_BUDGET", "WINDOW", "ON_BUDGET")
 
 
@@ -126,3 +149,7 @@ def add_owner_parser(sub: Any) -> None:
     p = osub.add_parser("list", help="every owner that has limits")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_owner_list)
+    p = osub.add_parser("webhook-secret", help="the secret the owner's webhook receivers verify deliveries with")
+    p.add_argument("owner")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_owner_webhook_secret)

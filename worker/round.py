@@ -189,7 +189,7 @@ def run_claimed(
         deps = _deps(state)
         gate = ctx.rate_limits.gate_for(deps.call_limit) if ctx.rate_limits is not None else None
         hooks = LedgerHooks(ctx, claim, observation, gate, max_output_tokens=deps.max_output_tokens)
-        observation.using_model(deps.provider, deps.model_name)
+        observation.using_model(deps.provider, deps.model_name, deps.model_config)
         with ctx.leases.holding(claim.run_id, claim.fence), listening(gate):
             result = step(deps, state, hooks)
             while isinstance(result.outcome, RebuildRequired):

@@ -75,13 +75,19 @@ class Settings(BaseSettings):
     # Client commands of the CLI log only warnings and errors, whatever this says: their
     # results are their output.
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
-    # Prometheus: the port on which THIS worker process serves /metrics (on all
-    # interfaces; unset: no endpoint). Several worker processes on one host each get their
-    # own value (8001, 8002, ...), since the setting is the port of the process it is set
-    # for; a worker's threads share one registry. The API serves /metrics on its own port.
+    # Prometheus: the port on which THIS worker process serves /metrics (unset: no
+    # endpoint). Several worker processes on one host each get their own value (8001,
+    # 8002, ...), since the setting is the port of the process it is set for; a worker's
+    # threads share one registry. The API serves /metrics on its own port.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    # The address it listens on: loopback unless a scraper elsewhere needs it (compose: 0.0.0.0).
+    # The address it listens on. Loopback by default: the endpoint has no authentication,
+    # so widen it (0.0.0.0, as compose does) only where a network policy or an
+    # authenticating proxy keeps everyone but the scraper out.
     metrics_host: str = "127.0.0.1"
+    # Model names that metrics label by name (comma-separated); any other model is labelled
+    # ``other``, since a run's model name is whatever its submitter sent and each distinct
+    # label value is a series Prometheus keeps for ever.
+    metrics_models: str = ""
     # OpenTelemetry traces are configured by the standard OTEL_* variables, which the SDK
     # reads itself (OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_*, OTEL_TRACES_SAMPLER, ...);
     # these two only decide whether tracing is on at all (worker.observability.tracing).
@@ -357,6 +363,10 @@ class Settings(BaseSettings):
                 "the same random value of at least 16 characters (or set AIDAWORK_DEV=1 for local development)"
             )
         return None
+
+    @property
+    def metrics_model_names(self) -> frozenset[str]:
+        return frozenset(m.strip() for m in self.metrics_models.split(",") if m.strip())
 
     @property
     def cors_origins(self) -> list[str]:

@@ -24,12 +24,13 @@ import anthropic
 from runtime.config import AnthropicModelConfig
 from runtime.errors import ModelOutputTruncated, ModelRefused
 from runtime.messages import Message, ToolCall
-from runtime.models.base import ModelRequest, ModelResponse, Usage
-from runtime.models.http import HttpModel, token_count, tool_result_text
+from runtime.models.base import ModelRequest, ModelResponse, Usage, reported_str
+from runtime.models.http import HttpModel, require_event_stream, token_count, tool_result_text
 from runtime.models.keys import ModelKeys
 from runtime.models.provider_errors import ModelResponseInvalid, error_fields
+from runtime.models.replies import HttpReply
 from runtime.models.scrub import ScrubbedDeltas, scrub
-from runtime.models.transport import DEFAULT_RETRY, ClientCache, HttpReply
+from runtime.models.transport import DEFAULT_RETRY, ClientCache
 from schema.wire.retry import RetryPolicy
 
 PROVIDER = "anthropic"
@@ -130,6 +131,8 @@ def parse_messages_response(body: Any) -> ModelResponse:
         tool_calls=tuple(calls),
         usage=Usage(input_tokens=input_tokens, output_tokens=token_count(usage.get("output_tokens"))),
         finish_reason=finish_reason,
+        response_id=reported_str(body.get("id")),
+        response_model=reported_str(body.get("model")),
     )
 
 
@@ -139,12 +142,16 @@ def assemble_message_events(events: Iterable[dict[str, Any]], deltas: ScrubbedDe
     ``message_stop``) as the one message the non-streaming call answers: text deltas
     joined (and handed to ``deltas`` as they arrive), ``input_json_delta`` fragments
     decoded into the tool_use input (left a string when cut off: the parser decides), the
-    stop reason and usage of ``message_delta``."""
+    stop reason and usage of ``message_delta``. A stream with no event, or that ends
+    without a ``message_delta`` stop reason and ``message_stop``, was cut short:
+    ``ModelResponseInvalid``."""
+    kinds: set[Any] = set()
     message: dict[str, Any] = {}
     blocks: dict[int, dict[str, Any]] = {}
     inputs: dict[int, list[str]] = {}
     for event in events:
         kind = event.get("type")
+        kinds.add(kind)
         index = event.get("index")
         if kind == "message_start" and isinstance(event.get("message"), dict):
             message = dict(event["message"])
@@ -161,6 +168,7 @@ def assemble_message_events(events: Iterable[dict[str, Any]], deltas: ScrubbedDe
                 usage.update({k: v for k, v in event["usage"].items() if v is not None})
                 message["usage"] = usage
     deltas.flush()
+    _require_ended(kinds, message)
     for index, parts in inputs.items():
         if parts and index in blocks:
             raw = "".join(parts)
@@ -170,6 +178,15 @@ def assemble_message_events(events: Iterable[dict[str, Any]], deltas: ScrubbedDe
                 blocks[index]["input"] = raw  # cut off: not an object (truncated under max_tokens)
     message["content"] = [blocks[i] for i in sorted(blocks)]
     return message
+
+
+def _require_ended(kinds: set[Any], message: dict[str, Any]) -> None:
+    if not kinds:
+        raise ModelResponseInvalid(f"{PROVIDER}: the stream carried no event")
+    if not message.get("stop_reason") or "message_stop" not in kinds:
+        missing = [name for name, absent in (("a message_delta stop_reason", not message.get("stop_reason")),
+                                             ("message_stop", "message_stop" not in kinds)) if absent]
+        raise ModelResponseInvalid(f"{PROVIDER}: the stream ended without {' and '.join(missing)}")
 
 
 def _add_delta(block: dict[str, Any], inputs: list[str], delta: dict[str, Any], deltas: ScrubbedDeltas) -> None:
@@ -217,7 +234,12 @@ class AnthropicModel(HttpModel):
         extra = {k: v for k, v in body.items() if k in SAMPLING}
         events = client.messages.create(**typed, stream=True, extra_body=extra or None, timeout=timeout_s)
         with events:
-            return assemble_message_events((scrub(e.to_dict(), self._secrets) for e in events), deltas)
+            require_event_stream(events, PROVIDER, self._secrets)
+            # Scrubbed whole, not per event: a piece of a key split across two would
+            # leave a tail too short to be recognised on its own (the deltas scrub themselves).
+            assembled = assemble_message_events((e.to_dict() for e in events), deltas)
+            answer: dict[str, Any] = scrub(assembled, self._secrets)
+            return answer
 
     def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
         return parse_messages_response(body)

@@ -55,6 +55,11 @@ class ModelResponse:
     # ``end_turn``, ``max_tokens``, ``pause_turn``...); None when it did not say (the
     # scripted model). Part of ``to_json`` (and so of the digest) only when set.
     finish_reason: str | None = None
+    # The provider's id of the response and the model that answered (which may differ
+    # from the one asked for: an alias, a dated version); reported on traces only, so
+    # neither is part of ``to_json``, the digest or equality (a streamed answer may lack them).
+    response_id: str | None = field(default=None, compare=False)
+    response_model: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"content": self.content, "tool_calls": [c.to_json() for c in self.tool_calls]}
@@ -77,6 +82,12 @@ class ModelResponse:
 
     def as_message(self) -> Message:
         return Message(role=MessageRole.ASSISTANT, content=self.content, tool_calls=self.tool_calls)
+
+
+def reported_str(value: Any) -> str | None:
+    """A provider's id or model name as reported, when it is a non-empty string (bounded:
+    a trace attribute, not a place for whatever a broken server sends)."""
+    return value[:256] if isinstance(value, str) and value else None
 
 
 class ModelClient(Protocol):

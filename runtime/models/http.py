@@ -19,8 +19,9 @@ from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.models.keys import ModelKeyMissing, ResolvedKey
 from runtime.models.provider_errors import ModelResponseInvalid, typed_error
+from runtime.models.replies import HttpReply, reply_of
 from runtime.models.scrub import ScrubbedDeltas, scrub, scrub_text
-from runtime.models.transport import ClientCache, HttpReply, StatusError, call_within_budget, reply_of
+from runtime.models.transport import ClientCache, StatusError, call_within_budget
 
 
 def scrub_response(response: ModelResponse, secrets: tuple[str, ...]) -> ModelResponse:
@@ -125,6 +126,18 @@ class HttpModel:
         except ModelResponseInvalid as exc:  # it may quote decoded arguments
             raise type(exc)(scrub_text(exc.message, self._secrets)) from None
         return scrub_response(response, self._secrets)
+
+
+def require_event_stream(stream: Any, provider: str, secrets: tuple[str, ...]) -> None:
+    """A streamed call's answer must be an SSE stream: the SDKs read any body as one and
+    find no event in a JSON document (a mock server's example, a proxy's page), which
+    would be assembled into an empty answer."""
+    content_type = str(stream.response.headers.get("content-type") or "")
+    if content_type.split(";")[0].strip().lower() != "text/event-stream":
+        shown = scrub_text(content_type, secrets)[:100] or "none"
+        raise ModelResponseInvalid(
+            f"{provider}: the streamed call was answered with content type {shown!r}, not text/event-stream"
+        )
 
 
 def tool_result_text(message: Message) -> str:

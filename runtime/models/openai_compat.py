@@ -24,12 +24,13 @@ import openai
 from runtime.config import OpenAIModelConfig
 from runtime.errors import ModelContentFiltered, ModelOutputTruncated, ModelRefused, ModelToolCallUnsupported
 from runtime.messages import Message, ToolCall
-from runtime.models.base import ModelRequest, ModelResponse, Usage
-from runtime.models.http import HttpModel, token_count, tool_result_text
+from runtime.models.base import ModelRequest, ModelResponse, Usage, reported_str
+from runtime.models.http import HttpModel, require_event_stream, token_count, tool_result_text
 from runtime.models.keys import ModelKeys
 from runtime.models.provider_errors import ModelResponseInvalid, error_fields
+from runtime.models.replies import HttpReply
 from runtime.models.scrub import ScrubbedDeltas, scrub
-from runtime.models.transport import DEFAULT_RETRY, ClientCache, HttpReply
+from runtime.models.transport import DEFAULT_RETRY, ClientCache
 from schema.wire.retry import RetryPolicy
 
 PROVIDER = "openai"
@@ -173,6 +174,8 @@ def parse_chat_response(body: Any, round_index: int) -> ModelResponse:
             output_tokens=token_count(usage.get("completion_tokens")),
         ),
         finish_reason=finish_reason,
+        response_id=reported_str(body.get("id")),
+        response_model=reported_str(body.get("model")),
     )
 
 
@@ -181,13 +184,18 @@ def assemble_chat_chunks(chunks: Iterable[dict[str, Any]], deltas: ScrubbedDelta
     as the one response the non-streaming call answers: the first choice's content and
     refusal deltas joined (content handed to ``deltas`` as it arrives), tool calls
     assembled by their ``index`` (id, name and argument fragments), the finish reason,
-    and the usage of the last chunk (``stream_options.include_usage``)."""
+    and the usage of the last chunk (``stream_options.include_usage``). A stream with no
+    chunk, or none with a finish reason, was cut short: ``ModelResponseInvalid``."""
+    seen = 0
     content: list[str] = []
     refusal: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     finish: Any = None
     usage: Any = None
+    first: dict[str, Any] = {}
     for chunk in chunks:
+        seen += 1
+        first = first or chunk  # every chunk repeats the response's id and model
         if isinstance(chunk.get("usage"), dict):
             usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
@@ -206,12 +214,25 @@ def assemble_chat_chunks(chunks: Iterable[dict[str, Any]], deltas: ScrubbedDelta
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
     deltas.flush()
+    _require_finished(seen, finish)
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content else None}
     if refusal:
         message["refusal"] = "".join(refusal)
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage or {}}
+    return {
+        "id": first.get("id"),
+        "model": first.get("model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage or {},
+    }
+
+
+def _require_finished(chunks: int, finish: Any) -> None:
+    if not chunks:
+        raise ModelResponseInvalid(f"{PROVIDER}: the stream carried no chunk")
+    if not finish:
+        raise ModelResponseInvalid(f"{PROVIDER}: the stream ended without a finish reason ({chunks} chunks)")
 
 
 def _add_call_piece(calls: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:
@@ -264,7 +285,11 @@ class OpenAICompatModel(HttpModel):
             **body, stream=True, stream_options={"include_usage": True}, extra_headers=no_key, timeout=timeout_s
         )
         with chunks:
-            return assemble_chat_chunks((scrub(c.to_dict(), self._secrets) for c in chunks), deltas)
+            require_event_stream(chunks, PROVIDER, self._secrets)
+            # Scrubbed whole, not per chunk: a piece of a key split across two would
+            # leave a tail too short to be recognised on its own (the deltas scrub themselves).
+            answer: dict[str, Any] = scrub(assemble_chat_chunks((c.to_dict() for c in chunks), deltas), self._secrets)
+            return answer
 
     def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
         return parse_chat_response(body, request.round_index)

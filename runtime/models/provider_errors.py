@@ -9,12 +9,10 @@ internal service's page) are never echoed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runtime.errors import ModelError, ModelInputRejection
-
-if TYPE_CHECKING:  # the transport imports this module for its messages
-    from runtime.models.transport import HttpReply
+from runtime.models.replies import HttpReply
 
 MAX_PROVIDER_MESSAGE_CHARS = 200
 

@@ -20,7 +20,6 @@ our settings: the SDK's environment lookups are bypassed (``auth_headers`` is ou
 from __future__ import annotations
 
 import contextvars
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,7 +34,8 @@ import structlog
 from runtime.errors import ModelUnavailable
 from runtime.models.limits import report_rate_limited
 from runtime.models.provider_errors import describe_error
-from runtime.models.scrub import scrub, scrub_text
+from runtime.models.replies import HttpReply, reply_of
+from runtime.models.scrub import scrub_text
 from schema.wire.retry import RetryPolicy, backoff_s
 
 DEFAULT_RETRY = RetryPolicy()
@@ -56,36 +56,6 @@ _budget: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("aidawo
 
 class DeadlineExceeded(Exception):
     """The next retry would end past the call's budget (raised inside the SDK's loop)."""
-
-
-@dataclass(frozen=True)
-class HttpReply:
-    """A final (non-retried) error response: its status, the JSON body if it had one,
-    and the body text (for error messages), scrubbed."""
-
-    status: int
-    body: Any
-    text: str
-    should_retry: str | None = None  # the server's x-should-retry header
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status <= 299
-
-
-def reply_of(response: Any, secrets: tuple[str, ...]) -> HttpReply:
-    """The reply as it enters the system: scrubbed of every configured key, text and
-    decoded body alike (a key written with JSON escapes reappears only once decoded)."""
-    try:
-        raw = response.text
-    except Exception:  # a streamed body never read
-        raw = ""
-    text = scrub_text(raw, secrets)
-    try:
-        body = scrub(json.loads(text), secrets) if text else None
-    except (ValueError, RecursionError):
-        body = None
-    return HttpReply(response.status_code, body, text, response.headers.get("x-should-retry"))
 
 
 class _Budgeted:

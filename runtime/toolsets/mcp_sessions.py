@@ -41,6 +41,7 @@ from runtime.tools.base import Tool, ToolEffect, ToolsetUnavailable, ToolTimedOu
 from runtime.tools.calls import ToolContext
 from runtime.toolsets.mcp import McpServerUnavailable, McpToolError, result_json, tool_of
 from runtime.toolsets.mcp_config import HttpServer, McpServerConfig, StdioServer, secret_values
+from runtime.toolsets.mcp_stderr import stderr_logged
 
 T = TypeVar("T")
 
@@ -94,10 +95,18 @@ async def _http_transport(config: HttpServer) -> AsyncIterator[Any]:
         yield streams
 
 
-def _transport(config: McpServerConfig) -> Transport:
+@asynccontextmanager
+async def _stdio_transport(name: str, config: StdioServer) -> AsyncIterator[Any]:
+    params = StdioServerParameters(command=config.command, args=config.args, env=secret_values(config.env))
+    with stderr_logged(name) as errlog:
+        async with stdio_client(params, errlog=errlog) as streams:
+            errlog.close()  # the server has its own copy
+            yield streams
+
+
+def _transport(name: str, config: McpServerConfig) -> Transport:
     if isinstance(config, StdioServer):
-        params = StdioServerParameters(command=config.command, args=config.args, env=secret_values(config.env))
-        return stdio_client(params)
+        return _stdio_transport(name, config)
     return _http_transport(config)
 
 
@@ -147,7 +156,7 @@ class _Session:
         """Holds the session open until ``stop``; a transport failure ends it here."""
         client: Client | None = None
         try:
-            async with Client(_transport(self.config), cache=None) as client:
+            async with Client(_transport(self.name, self.config), cache=None) as client:
                 ready.set_result(client)
                 await stop.wait()
         except BaseException as exc:

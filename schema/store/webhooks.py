@@ -35,6 +35,7 @@ class DueDelivery:
     url: str
     event: RunEvent
     created_at: datetime
+    owner: str  # the run's: its deliveries are signed with this owner's key
 
 
 _CLAIM_SQL = text(
@@ -50,7 +51,7 @@ WITH due AS (
   FROM due WHERE d.id = due.id
   RETURNING d.id, d.run_id, d.event_seq, d.attempts, d.created_at
 )
-SELECT c.id, c.attempts AS attempt, c.created_at AS queued_at, r.webhook_url AS url,
+SELECT c.id, c.attempts AS attempt, c.created_at AS queued_at, r.webhook_url AS url, r.owner,
   e.run_id, e.seq, e.kind, {event_data_sql("e")} AS data, e.created_at
 FROM claimed AS c JOIN runs AS r ON r.id = c.run_id
   JOIN run_events AS e ON e.run_id = c.run_id AND e.seq = c.event_seq
@@ -73,6 +74,7 @@ def claim_due(engine: Engine, *, limit: int, lease_s: float) -> list[DueDelivery
             attempt=row.attempt,
             url=row.url,
             created_at=row.queued_at,
+            owner=row.owner,
             event=RunEvent.model_validate(
                 {"run_id": row.run_id, "seq": row.seq, "kind": row.kind, "data": row.data, "created_at": row.created_at}
             ),

@@ -187,7 +187,7 @@ BAD_SUBMISSIONS: dict[str, tuple[bytes, int, str]] = {
     "empty_input": (json.dumps(_with(VALID, ["input"], "")).encode(), 422, "input"),
     "unknown_field": (json.dumps({**VALID, "urgency": 1}).encode(), 422, "urgency"),
     "priority_out_of_range": (json.dumps({**VALID, "priority": 10}).encode(), 422, "priority"),
-    "other_owner": (json.dumps({**VALID, "owner": "team-b"}).encode(), 422, "owner"),
+    "other_owner": (json.dumps({**VALID, "owner": "team-b"}).encode(), 403, "owner"),
     "root_id_not_a_uuid": (json.dumps({**VALID, "root_id": "r1"}).encode(), 422, "root_id"),
     "unknown_root": (json.dumps({**VALID, "root_id": str(uuid.uuid4())}).encode(), 422, "root_id"),
     "unknown_tool": (

@@ -50,7 +50,9 @@ ANTHROPIC_KEY = "sk-seal-anthropic-canary-2"
 TEAM_B_KEY = "sk-seal-team-b-canary-3"
 SHARED_KEY = "sk-seal-shared-canary-4"
 CANARIES = (OPENAI_KEY, ANTHROPIC_KEY, TEAM_B_KEY, SHARED_KEY)
-FLAKY_FAILURES = 4  # one whole call of the SDK's attempts: the round task is retried by Celery
+# One fewer than the SDK's attempts: the call retries (model_call_retried) and still answers. A
+# provider failing a whole call fails the run (tests/e2e/test_provider_failures.py).
+FLAKY_FAILURES = 3
 
 
 class Hostile:
@@ -168,14 +170,14 @@ def test_no_key_reaches_any_log_row_event_flower_task_or_status(
         f"Bearer {SHARED_KEY}",
     }
 
-    # Flower saw the retried round task (the retry text quotes the provider's error).
-    def retried_seen() -> bool:
+    # Flower saw the rounds (their arguments and results are what it could leak).
+    def rounds_seen() -> bool:
         tasks = flower.get("/api/tasks").json()
-        return any(t.get("state") == "RETRY" or t.get("retries") for t in tasks.values())
+        return sum(1 for t in tasks.values() if t.get("state") == "SUCCESS") >= len(runs)
 
-    wait_until(retried_seen, timeout_s=WAIT_S, what="Flower to show the retried round task")
+    wait_until(rounds_seen, timeout_s=WAIT_S, what="Flower to show the round tasks")
     flower_text = json.dumps(flower.get("/api/tasks").json())
-    assert "ModelUnavailable" in flower_text or "unavailable" in flower_text
+    assert str(runs["openai_flaky"]) in flower_text
 
     statuses = []
     for run_id in runs.values():
@@ -200,7 +202,7 @@ def test_no_key_reaches_any_log_row_event_flower_task_or_status(
 
     logs = "\n".join(p.read_text(errors="replace") for p in cluster.log_dir.glob("*.log"))
     assert '"request_served"' in logs  # the API's log is among them
-    assert '"round_retried"' in logs and '"model_call_retried"' in logs and '"round_committed"' in logs
+    assert '"model_call_retried"' in logs and '"round_committed"' in logs
     tables = all_rows_as_text(ctx)
     assert REDACTED in tables["messages"] and REDACTED in tables["run_events"] and REDACTED in tables["runs"]
     assert REDACTED in tables["tool_invocations"]

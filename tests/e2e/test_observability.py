@@ -109,9 +109,9 @@ def test_one_trace_per_run_with_spans_from_both_workers_over_otlp(
                                  json={"tool_call_id": "call_0_0", "result": "red"})
         assert answered.status_code == 200, answered.text
         assert wait_terminal(ctx.engine, run_id)["status"] == "completed"
-        wait_until(lambda: len([s for s in receiver.named("aidawork.round") if s.attributes["run_id"] == run_id]) == 3,
+        wait_until(lambda: len([s for s in receiver.named("invoke_agent") if s.attributes["run_id"] == run_id]) == 3,
                    timeout_s=20, interval_s=0.1, what="the run's three round spans (0, its resume, 1)")
-        wait_until(lambda: receiver.named("POST /v1/runs/{id}/tool-results"), timeout_s=20, interval_s=0.1,
+        wait_until(lambda: receiver.named("POST /v1/runs/{run_id}/tool-results"), timeout_s=20, interval_s=0.1,
                    what="the answering request's span")
     finally:
         api.stop()
@@ -121,7 +121,7 @@ def test_one_trace_per_run_with_spans_from_both_workers_over_otlp(
     (request,) = receiver.named("POST /v1/runs")
     assert submit.attributes["run_id"] == run_id and submit.parent_span_id == request.span_id
     trace_id = submit.trace_id
-    rounds = receiver.named("aidawork.round")
+    rounds = receiver.named("invoke_agent")
     assert {s.trace_id for s in rounds} == {trace_id}, "one trace per run"
     assert {s.resource["service.instance.id"] for s in rounds} == {"a", "b"}
     assert all(s.parent_span_id == submit.span_id for s in rounds)
@@ -130,9 +130,9 @@ def test_one_trace_per_run_with_spans_from_both_workers_over_otlp(
     assert by_round == [(0, 1, "a", "suspend"), (0, 2, "b", "continue"), (1, 3, "b", "finish")]
     run_spans = [s for s in receiver.spans if s.trace_id == trace_id]
     children = Counter(s.name for s in run_spans if s.parent_span_id in {r.span_id for r in rounds})
-    assert children == {"aidawork.claim": 3, "aidawork.commit": 3, "chat scripted": 2, "execute_tool pick_color": 2}
+    assert children == {"aidawork.claim": 3, "aidawork.commit": 3, "chat scripted": 2, "execute_tool other": 2}
     chat = [s for s in run_spans if s.name == "chat scripted"]
     assert all(s.attributes["gen_ai.operation.name"] == "chat" and s.attributes["gen_ai.usage.input_tokens"] > 0
                for s in chat)
-    (answer,) = receiver.named("POST /v1/runs/{id}/tool-results")
+    (answer,) = receiver.named("POST /v1/runs/{run_id}/tool-results")
     assert answer.trace_id != trace_id and answer.links == (trace_id,)

@@ -168,10 +168,13 @@ def wait_exit(cluster: Cluster, name: str, *, timeout_s: float = WAIT_S) -> int:
     return proc.returncode
 
 
-def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """One ``aidawork`` client command on the test database and broker."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
-    env.update({"AIDAWORK_DATABASE_URL": db_url, "AIDAWORK_BROKER_URL": BROKER_URL})
+def cli(db_url: str, *args: str, env: dict[str, str] | None = None,
+        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """One ``aidawork`` client command on the test database and broker; ``env``: its only
+    other ``AIDAWORK_*`` settings."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+    full.update({"AIDAWORK_DATABASE_URL": db_url, "AIDAWORK_BROKER_URL": BROKER_URL, **(env or {})})
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "worker.cli", *args], cwd=REPO, env=full, input=stdin, capture_output=True, text=True,
+        timeout=60,
     )

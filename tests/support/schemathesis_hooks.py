@@ -11,8 +11,9 @@ changing nothing the schema says:
   ``config.tools``, any other name to ``config.client_tools`` (args ``{}``, which every
   client tool schema the document describes accepts);
 - client tool names are distinct (a later duplicate is dropped);
-- ``owner`` is the token's own (``team-a``) and ``root_id`` is left out (a generated
-  UUID names no Root of this owner);
+- ``owner`` is the token's own (``team-a``): another is a documented 403, which the checks
+  accept, but the case would then never reach the run's own rules; ``root_id`` is left
+  out (a generated UUID names no Root of this owner);
 - the ``Idempotency-Key`` header and the body's ``idempotency_key``, when both are sent,
   are equal (the body's key is set to the header's).
 

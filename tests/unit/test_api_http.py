@@ -76,7 +76,7 @@ def test_a_body_just_under_the_limit_is_parsed() -> None:
 
     response = request("POST", "/v1/runs", headers=AUTH, content=body)
 
-    assert (response.status_code, error_of(response)["field"]) == (422, "owner")  # refused by the owner rule
+    assert (response.status_code, error_of(response)["field"]) == (403, "owner")  # refused by the owner rule
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_a_body_just_under_the_limit_is_parsed() -> None:
         (json.dumps({**VALID, "config": []}).encode(), 422, "config"),
         (json.dumps({**VALID, "root_id": "not-a-uuid"}).encode(), 422, "root_id"),
         (json.dumps({**VALID, "extra": True}).encode(), 422, "extra"),
-        (json.dumps({**VALID, "owner": "team-b"}).encode(), 422, "owner"),
+        (json.dumps({**VALID, "owner": "team-b"}).encode(), 403, "owner"),  # well formed, not this token's
     ],
 )
 def test_a_malformed_submission_is_refused_naming_the_field(content: bytes, status: int, field: str) -> None:

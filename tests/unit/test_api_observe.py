@@ -1,5 +1,5 @@
 """The API's request spans (``worker.api.observe.RequestSpans``): one SERVER span per
-request, named by its path template, a child of the caller's traceparent, linked to the
+request, a child of the caller's traceparent, linked to the
 run's trace on a run's path; none for /metrics and /healthz."""
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ def test_a_request_on_a_run_is_a_server_span_linked_to_the_runs_trace(monkeypatc
     request(app, "GET", "/v1/roots/nothing/runs", [])
 
     spans = exporter.get_finished_spans()
-    assert [s.name for s in spans] == ["POST /v1/runs/{id}/cancel", "GET /v1/roots/nothing/runs"]
+    # No router here, so no route template: by method only (tests/unit/test_trace_conventions.py
+    # has the templates of the real app).
+    assert [s.name for s in spans] == ["POST", "GET"]
     on_run = spans[0]
     assert f"{on_run.context.trace_id:032x}" == CALLER_TRACE
     assert on_run.parent is not None and f"{on_run.parent.span_id:016x}" == CALLER_SPAN

@@ -20,7 +20,7 @@ from runtime.loop import (
     request_digest,
 )
 from runtime.messages import Message, ToolCall, tool_message, user_message
-from runtime.models.base import ModelResponse
+from runtime.models.base import ModelRequest, ModelResponse
 from runtime.models.scripted import ScriptedModel
 from runtime.outcomes import RebuildRequired
 from schema.wire.claim import RecordedResponse
@@ -366,19 +366,32 @@ def test_request_digest_is_the_same_for_an_identical_round_and_differs_for_the_n
     assert h1.started[0][1] != h1.started[1][1]
 
 
-def test_a_retryable_model_unavailable_propagates_and_the_hooks_saw_the_failure() -> None:
+def test_a_provider_unavailable_after_its_call_budget_fails_the_round_with_its_retryable_code() -> None:
     log: list[str] = []
     error = ModelUnavailable("provider timed out")
     model = RaisingModel(error, log=log)
     hooks = RecordingHooks(log=log)
 
-    with pytest.raises(ModelUnavailable) as info:
-        drive_react_loop(deps_for(scripted_request([{"content": "x"}]), model=model), RunState.start("go"), hooks)
+    result = drive_react_loop(deps_for(scripted_request([{"content": "x"}]), model=model), RunState.start("go"), hooks)
 
-    assert info.value is error
+    assert result.outcome == Fail("MODEL_UNAVAILABLE", "provider timed out") and ModelUnavailable.retryable
     assert model.calls == 1
     assert log == ["started", "complete", "finished"]
     assert hooks.finished == [(None, error)]
+
+
+class RateLimitedHooks(RecordingHooks):
+    def model_call_started(self, request: ModelRequest, request_digest: str) -> None:
+        raise ModelUnavailable("rate limits: Redis did not answer")
+
+
+def test_a_retryable_error_raised_around_the_call_propagates_and_the_model_is_not_called() -> None:
+    model = RaisingModel(ModelUnavailable("never raised"))
+    with pytest.raises(ModelUnavailable, match="rate limits"):
+        drive_react_loop(
+            deps_for(scripted_request([{"content": "x"}]), model=model), RunState.start("go"), RateLimitedHooks()
+        )
+    assert model.calls == 0
 
 
 def test_a_context_window_rejection_asks_for_a_rebuild_not_a_failure() -> None:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from schema.wire import RoundTask
 from tests.support.shell import Shell, shell
-from worker.observability import Observability, RoundMetrics, Tracing
+from worker.observability import Observability, Tracing
 from worker.observability.metrics import RunsCollector
 from worker.observability.tracing import run_context, traceparent
 from worker.round import RoundDisposition, execute_round
@@ -35,12 +35,13 @@ class Observed:
 
 
 def observed(*, traced: bool = True) -> Observed:
-    s, registry, exporter = shell(), CollectorRegistry(), InMemorySpanExporter()
+    s, exporter = shell(), InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracing = Tracing(provider.get_tracer("test") if traced else None)
-    ctx = dataclasses.replace(s.ctx, observe=Observability(RoundMetrics(registry), tracing))
-    return Observed(dataclasses.replace(s, ctx=ctx), registry, exporter, tracing)
+    observe = Observability.for_process(s.ctx.settings, s.ctx.runtime, tracing)
+    ctx = dataclasses.replace(s.ctx, observe=observe)
+    return Observed(dataclasses.replace(s, ctx=ctx), observe.metrics.registry, exporter, tracing)
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -123,9 +124,11 @@ def test_a_runs_rounds_are_spans_of_one_trace_under_its_submit_span() -> None:
     spans = o.spans.get_finished_spans()
     assert {s.context.trace_id for s in spans} == {submit.get_span_context().trace_id}
 
-    rounds = sorted(by_name(spans, "aidawork.round"), key=lambda s: (s.attributes or {})["boundary_seq"])
+    rounds = sorted(by_name(spans, "invoke_agent"), key=lambda s: (s.attributes or {})["boundary_seq"])
     assert [dict(r.attributes or {}) for r in rounds] == [
-        {"run_id": str(run_id), "boundary_seq": b, "claim_fence": b + 1, "attempt": 1, "outcome": outcome}
+        {"run_id": str(run_id), "boundary_seq": b, "claim_fence": b + 1, "attempt": 1, "outcome": outcome,
+         "gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": str(run_id),
+         "gen_ai.provider.name": "scripted", "gen_ai.request.model": "scripted"}
         for b, outcome in ((0, "continue"), (1, "finish"))
     ]
     assert all(r.parent is not None and r.parent.span_id == submit.get_span_context().span_id for r in rounds)
@@ -137,9 +140,9 @@ def test_a_runs_rounds_are_spans_of_one_trace_under_its_submit_span() -> None:
     ]
     chat = by_name(spans, "chat scripted")[0].attributes or {}
     ledger = o.shell.store.model_calls[0]
-    assert {k: chat[k] for k in ("gen_ai.operation.name", "gen_ai.request.model", "gen_ai.system",
+    assert {k: chat[k] for k in ("gen_ai.operation.name", "gen_ai.request.model", "gen_ai.provider.name",
                                  "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "attempt")} == {
-        "gen_ai.operation.name": "chat", "gen_ai.request.model": "scripted", "gen_ai.system": "scripted",
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "scripted", "gen_ai.provider.name": "scripted",
         "gen_ai.usage.input_tokens": ledger["input_tokens"], "gen_ai.usage.output_tokens": ledger["output_tokens"],
         "attempt": 1,
     }
@@ -161,7 +164,7 @@ def test_an_invalid_traceparent_leaves_the_round_a_root_span() -> None:
     assert run_context("00-zz-not-a-trace") is None
     o = observed()
     run_to_end(o, o.shell.submit(ADD, trace_context="garbage"))
-    assert all(s.parent is None for s in by_name(o.spans.get_finished_spans(), "aidawork.round"))
+    assert all(s.parent is None for s in by_name(o.spans.get_finished_spans(), "invoke_agent"))
 
 
 def test_the_runs_gauge_reads_the_database_at_most_once_per_cache_period() -> None:

@@ -155,3 +155,58 @@ def test_a_wrong_method_answers_with_every_method_of_the_path() -> None:
     response = in_process_request("DELETE", "/v1/runs", Settings(api_tokens=json.dumps({TOKEN: "team-a"})))
     assert response.status_code == 405
     assert response.headers["Allow"] == "GET, POST"
+
+
+SETTINGS = {"api_tokens": json.dumps({TOKEN: "team-a"})}
+RUN = "/v1/runs/00000000-0000-0000-0000-000000000001"
+SUBMISSION = {"input": "go", "config": {"model": {"provider": "scripted", "turns": [{"content": "hi"}]}}}
+
+
+def test_an_owner_other_than_the_tokens_is_a_documented_403() -> None:
+    from tests.support.api import error_of, in_process_request
+
+    submit = spec()["paths"]["/v1/runs"]["post"]
+    assert "403" in submit["responses"] and "OWNER_MISMATCH" in submit["responses"]["403"]["description"]
+    response = in_process_request("POST", "/v1/runs", Settings(**SETTINGS), json={**SUBMISSION, "owner": "team-b"},
+                                  headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 403, response.text
+    assert (error_of(response)["code"], error_of(response)["field"]) == ("OWNER_MISMATCH", "owner")
+
+
+def body_schema(document: dict[str, Any], path: str) -> dict[str, Any]:
+    """The JSON schema of the operation's body, with the document's components to resolve its $refs."""
+    body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    return {**body, "components": document["components"]}
+
+
+# Each request as the API refuses it (a NUL in some string, 422), and with that NUL replaced by "x".
+NUL_BODIES: list[Any] = [
+    pytest.param("/v1/runs", {**SUBMISSION, "input": "g\x00o"}, id="input"),
+    pytest.param("/v1/runs", {**SUBMISSION, "config": {**SUBMISSION["config"], "system_prompt": "\x00"}},
+                 id="system_prompt"),
+    pytest.param("/v1/runs", {**SUBMISSION, "config": {"model": {"provider": "scripted", "turns": [
+        {"tool_calls": [{"name": "client_x", "args": {"k": ["\x00"]}}]}]}}}, id="client_tool_args"),
+    pytest.param(f"{RUN}/tool-retries", {"tool_call_id": "c\x00"}, id="tool_call_id"),
+    pytest.param(f"{RUN}/deliveries", {"tool_call_id": "c", "files": {"a\x00": "text"}}, id="file_path"),
+    pytest.param(f"{RUN}/deliveries", {"tool_call_id": "c", "files": {"a": "te\x00xt"}}, id="file_content"),
+    pytest.param(f"{RUN}/prerequisites", {"key": "k\x00", "value": 1}, id="prerequisite_key"),
+    pytest.param(f"{RUN}/prerequisites", {"key": "k", "value": {"a": [{"b": "\x00"}]}}, id="prerequisite_value"),
+    pytest.param(f"{RUN}/tool-results", {"tool_call_id": "c", "result": {"x\x00": 1}}, id="result_key"),
+    pytest.param(f"{RUN}/approvals", {"tool_call_id": "c", "decision": "approve", "args": {"a": "\x00"}},
+                 id="approval_args"),
+    pytest.param(f"{RUN}/approvals", {"tool_call_id": "c", "decision": "reject", "reason": "no\x00"}, id="reason"),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), NUL_BODIES)
+def test_a_nul_the_api_refuses_is_refused_by_the_document_too(path: str, body: dict[str, Any]) -> None:
+    from jsonschema import Draft202012Validator
+
+    from tests.support.api import in_process_request
+
+    validator = Draft202012Validator(body_schema(spec(), path.replace(RUN, "/v1/runs/{run_id}")))
+    refused = in_process_request("POST", path, Settings(**SETTINGS), json=body,
+                                 headers={"Authorization": f"Bearer {TOKEN}"})
+    assert refused.status_code == 422, refused.text
+    assert not validator.is_valid(body), "the document allows a request the API refuses"
+    assert validator.is_valid(json.loads(json.dumps(body).replace("\\u0000", "x")))  # the NUL was the only fault

@@ -137,3 +137,24 @@ def test_an_error_event_inside_a_stream_is_unavailable_and_retryable(fake: FakeP
     assert info.value.retryable and "error event" in info.value.message
     # The text before the error was read (and, being shorter than a key, still held back).
     assert seen == [] and len(fake.requests) == 1
+
+
+def test_a_streamed_openai_answer_keeps_the_response_id_and_model_for_traces(fake: FakeProvider) -> None:
+    fake.script(openai_stream(["hi"], usage=(3, 1)))
+    request, _ = streaming(openai_request())
+    answer = openai_client(f"{fake.url}/v1").complete(request)
+    assert (answer.response_id, answer.response_model) == ("chatcmpl-s", "fake")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_key_split_into_a_long_piece_and_a_short_tail_is_redacted_whole(fake: FakeProvider, provider: str) -> None:
+    # The first chunk alone holds a piece long enough to redact; the tail alone does not.
+    key = OPENAI_KEY if provider == "openai" else ANTHROPIC_KEY
+    pieces = ["The key is ", key[:-4], key[-4:] + "."]
+    if provider == "openai":
+        fake.script(openai_stream(pieces))
+        response = openai_client(f"{fake.url}/v1").complete(streaming(openai_request())[0])
+    else:
+        fake.script(anthropic_stream(pieces))
+        response = anthropic_client(fake.url).complete(streaming(anthropic_request())[0])
+    assert response.content == f"The key is {REDACTED}."

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 import worker.round as round_module
-from runtime.errors import ModelUnavailable
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.proofs import ROUND_PROOF_INVALID
+from runtime.tools.base import ToolsetUnavailable
 from schema.store.errors import FenceLost
 from schema.wire import RoundTask
 from tests.support.shell import Sent, Shell, shell
@@ -141,7 +141,7 @@ def test_a_stale_fence_at_commit_raises_fence_lost_and_stores_nothing(monkeypatc
 
 @pytest.mark.parametrize(
     ("error", "attempt_after"),
-    [(RuntimeError("a bug in the round"), 2), (ModelUnavailable("provider down"), 1)],
+    [(RuntimeError("a bug in the round"), 2), (ToolsetUnavailable("an MCP server is down"), 1)],
 )
 def test_an_error_in_the_round_gives_the_claim_back_and_counts_an_attempt_only_when_at_fault(
     monkeypatch: pytest.MonkeyPatch, error: BaseException, attempt_after: int

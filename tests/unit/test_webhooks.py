@@ -3,27 +3,31 @@ a run may name, and the settings that turn webhooks on."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+import standardwebhooks
 
 from runtime.deps import build_runtime
 from schema.wire.retry import RetryPolicy, backoff_s
 from tests.support.api import TOKEN, error_of
 from tests.support.requests import scripted_request
 from worker.api import create_app
+from worker.cli import main as cli_main
 from worker.client import verify_webhook
 from worker.client_context import ClientContext
-from worker.settings import Settings, SettingsError, load_settings
+from worker.settings import Settings, SettingsError, get_settings, load_settings
 from worker.webhooks.policy import WebhookRefused, check_webhook_url, parse_prefixes, retry_delay_s, url_origin
-from worker.webhooks.signature import signature_header
+from worker.webhooks.signature import owner_secret, signature_header, standard_secret, standard_signature_header
 
 SECRET = "whsec-0123456789abcdef"
 BODY = b'{"run_id":"r","seq":3,"kind":"run_completed","data":{},"created_at":"2026-12-01T00:00:00Z"}'
@@ -62,6 +66,51 @@ def test_a_changed_t_with_the_old_mac_does_not_verify() -> None:
     assert not verify_webhook(BODY, f"t={T + 1},v1={mac}", SECRET, now=T)
 
 
+def test_the_standard_signature_verifies_with_the_standardwebhooks_library_keyed_by_the_same_bytes() -> None:
+    now = int(time.time())  # the library checks the timestamp against its own clock
+    headers = {"webhook-id": "42", "webhook-timestamp": str(now),
+               "webhook-signature": standard_signature_header(BODY, SECRET, "42", now)}
+    whsec = standard_secret(SECRET)
+    assert whsec == "whsec_" + base64.b64encode(SECRET.encode()).decode()
+    assert standardwebhooks.Webhook(whsec).verify(BODY, headers)["kind"] == "run_completed"
+    assert standardwebhooks.Webhook(whsec).sign("42", datetime.fromtimestamp(now, UTC), BODY) == \
+        headers["webhook-signature"]
+    for body, hdrs, key in [(BODY + b" ", headers, whsec), (BODY, {**headers, "webhook-id": "43"}, whsec),
+                            (BODY, headers, standard_secret("another-secret-0123456789"))]:
+        with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+            standardwebhooks.Webhook(key).verify(body, hdrs)
+
+
+def test_an_owners_secret_is_the_documented_hmac_of_the_master_and_differs_per_owner() -> None:
+    expected = hmac.new(SECRET.encode(), b"aidawork-webhook-owner:team-a", hashlib.sha256).hexdigest()
+    assert owner_secret(SECRET, "team-a") == expected
+    assert owner_secret(SECRET, "team-b") != expected != owner_secret("another-secret-0123456789", "team-a")
+    signed = signature_header(BODY, owner_secret(SECRET, "team-a"), T)
+    assert verify_webhook(BODY, signed, owner_secret(SECRET, "team-a"), now=T)
+    assert not verify_webhook(BODY, signed, owner_secret(SECRET, "team-b"), now=T)
+
+
+def test_the_owner_webhook_secret_command_needs_the_master_secret(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    def run(*argv: str) -> int:
+        get_settings.cache_clear()  # the command reads the environment as set here
+        try:
+            return cli_main(list(argv))
+        finally:
+            get_settings.cache_clear()
+
+    monkeypatch.delenv("AIDAWORK_WEBHOOK_SECRET", raising=False)
+    monkeypatch.delenv("AIDAWORK_WEBHOOK_URLS", raising=False)
+    assert run("owner", "webhook-secret", "team-a") == 2
+    assert "AIDAWORK_WEBHOOK_SECRET is not set" in capsys.readouterr().err
+    monkeypatch.setenv("AIDAWORK_WEBHOOK_SECRET", SECRET)
+    assert run("owner", "webhook-secret", "team a") == 2
+    assert cli_main(["owner", "webhook-secret", "team-a"]) == 0
+    out = capsys.readouterr().out
+    assert owner_secret(SECRET, "team-a") in out and standard_secret(owner_secret(SECRET, "team-a")) in out
+    assert SECRET not in out
+
+
 def test_the_backoff_doubles_to_its_cap_with_half_of_each_step_random() -> None:
     lows = [retry_delay_s(n, base_s=1, max_s=60, rand=lambda: 0.0) for n in range(1, 9)]
     highs = [retry_delay_s(n, base_s=1, max_s=60, rand=lambda: 1.0) for n in range(1, 9)]
@@ -82,10 +131,14 @@ def test_the_backoff_doubles_to_its_cap_with_half_of_each_step_random() -> None:
         "https://hooks.example.com/aidawork/",
         "http://127.0.0.1:8099",
         "http://127.0.0.1:8099/x",
+        "https://hooks.example.com/hook",
+        "https://hooks.example.com/hook/a..b/.x",
+        "https://hooks.example.com/hook?t=1",
     ],
 )
 def test_a_url_under_a_prefix_is_allowed(url: str) -> None:
-    check_webhook_url(url, ["https://hooks.example.com/aidawork/", "http://127.0.0.1:8099"])
+    check_webhook_url(url, ["https://hooks.example.com/aidawork/", "http://127.0.0.1:8099",
+                            "https://hooks.example.com/hook"])
 
 
 @pytest.mark.parametrize(
@@ -100,6 +153,19 @@ def test_a_url_under_a_prefix_is_allowed(url: str) -> None:
         ("ftp://hooks.example.com/", ["https://hooks.example.com"], "http:// or https://"),
         ("https://hooks.example.com/a b", ["https://hooks.example.com"], "spaces or control"),
         ("https:///path", ["https://"], "must name a host"),
+        # A prefix is matched on path-segment boundaries ...
+        ("https://hooks.example.com/hookevil", ["https://hooks.example.com/hook"], "not under any"),
+        ("https://hooks.example.com/hook.x/", ["https://hooks.example.com/hook"], "not under any"),
+        # ... and no dot segment may walk out of it (httpx would send /hook/../x as /x),
+        # percent-encoded or not, nor a "." one.
+        ("https://hooks.example.com/hook/../../internal", ["https://hooks.example.com/hook/"], "dot segment"),
+        ("https://hooks.example.com/hook/%2e%2e/internal", ["https://hooks.example.com/hook/"], "dot segment"),
+        ("https://hooks.example.com/hook/%2E./internal", ["https://hooks.example.com/hook"], "dot segment"),
+        ("https://hooks.example.com/hook/..%2Finternal", ["https://hooks.example.com/hook"], "dot segment"),
+        ("https://hooks.example.com/hook/..%5Cinternal", ["https://hooks.example.com/hook"], "dot segment"),
+        ("https://hooks.example.com/hook/%252e%252e/x", ["https://hooks.example.com/hook"], "dot segment"),
+        ("https://hooks.example.com/hook/./x", ["https://hooks.example.com/hook"], "dot segment"),
+        ("https://hooks.example.com/hook/..", ["https://hooks.example.com/hook"], "dot segment"),
     ],
 )
 def test_a_refused_url_names_the_field_and_the_problem_not_the_url(url: str, prefixes: list[str],
@@ -132,8 +198,10 @@ def test_webhook_urls_need_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     assert SECRET not in repr(Settings(webhook_urls="https://h.example/", webhook_secret=SECRET))
 
 
-def test_the_api_refuses_a_webhook_outside_the_prefixes_with_a_typed_422_before_the_store() -> None:
-    settings = Settings(api_tokens=json.dumps({TOKEN: "team-test"}), webhook_urls="https://hooks.example.com/",
+@pytest.mark.parametrize("url", ["https://evil.example.com/?t=secret",
+                                 "https://hooks.example.com/hook/%2e%2e/internal?t=secret"])
+def test_the_api_refuses_a_webhook_outside_the_prefixes_with_a_typed_422_before_the_store(url: str) -> None:
+    settings = Settings(api_tokens=json.dumps({TOKEN: "team-test"}), webhook_urls="https://hooks.example.com/hook/",
                         webhook_secret=SECRET)
 
     class NoStore:  # the refusal comes before any of these is touched
@@ -143,7 +211,7 @@ def test_the_api_refuses_a_webhook_outside_the_prefixes_with_a_typed_422_before_
     context = ClientContext(settings=settings, engine=NoStore(), store=NoStore(), runtime=build_runtime(),
                             dispatch=NoStore())  # type: ignore[arg-type]
     app = create_app(settings, lambda: context)
-    body = {**scripted_request([{"content": "x"}]), "webhook": {"url": "https://evil.example.com/?t=secret"}}
+    body = {**scripted_request([{"content": "x"}]), "webhook": {"url": url}}
     body.pop("root_id")
 
     async def go() -> httpx.Response:

@@ -120,7 +120,7 @@ class DeltaHub:
                 await asyncio.sleep(RETRY_S)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
                     await client.aclose()
 
     async def close(self) -> None:

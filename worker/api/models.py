@@ -29,9 +29,12 @@ class _Body(BaseModel):
 
 class RunSubmission(_Body):
     """A run request (see ``schema.wire.RunRequest``). ``owner`` is the token's owner: omit
-    it, or send the same value; another owner is refused (422, field ``owner``)."""
+    it, or send the same value; another owner is refused (403 OWNER_MISMATCH, field ``owner``)."""
 
-    owner: str | None = Field(default=None, min_length=1, max_length=MAX_OWNER_CHARS, pattern=OWNER_PATTERN)
+    owner: str | None = Field(
+        default=None, min_length=1, max_length=MAX_OWNER_CHARS, pattern=OWNER_PATTERN,
+        description="the token's owner (omit it, or send that one): another owner is refused, 403 OWNER_MISMATCH",
+    )
     root_id: UUID | None = Field(default=None, description="a Root of this token's owner; omit it to start a new Root")
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     # Validated by runtime.prepare (it knows the providers and tools); the document shows

@@ -18,14 +18,22 @@ requests the API accepts, and the API refuses what it calls invalid.
   of ``worker.api.errors``; FastAPI's own validation-error schemas are dropped, since
   the API never sends them.
 
+- No string of a request body, object key or value, nested or not, holds a NUL
+  character (``runtime.canonical`` refuses it everywhere, since PostgreSQL cannot store
+  it): every string of a body's schema has a pattern that says so, and an arbitrary JSON
+  value is ``JsonValue``, which says it at every level.
+- ``owner``, when sent, is the token's own: another is refused with a documented 403
+  (OWNER_MISMATCH), an answer to a well-formed request, not a 422.
+
 Rules no JSON Schema can tie together are in the descriptions: a scripted tool call names
-a tool enabled in ``tools`` or ``client_tools``; client tool names are distinct; ``owner``
-is the token's own; ``root_id`` is a Root of the token's owner; the ``Idempotency-Key``
-header and the body's ``idempotency_key``, both sent, are equal.
+a tool enabled in ``tools`` or ``client_tools``; client tool names are distinct;
+``root_id`` is a Root of the token's owner; the ``Idempotency-Key`` header and the body's
+``idempotency_key``, both sent, are equal.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping
 from importlib.metadata import version
@@ -35,6 +43,7 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from runtime.canonical import MAX_JSON_DEPTH
 from runtime.config import DEFAULT_KEY_REF, TOOL_NAME_PATTERN, turn_config_with
 from runtime.models.keys import ANY_OWNER, OFFICIAL_BASE_URLS
 from runtime.plugins import process_plugins
@@ -94,7 +103,84 @@ def document(app: FastAPI, settings: Settings) -> dict[str, Any]:
             _add_answers(path, operation)
             for parameter in operation.get("parameters", []):
                 _not_null(parameter)
+    _state_no_nul(spec, schemas)
     return spec
+
+
+# --- no NUL in any string of a request body ----------------------------------------------------
+
+NO_NUL = r"^[^\x00]*$"
+NUL = r"\x00"
+LONG_STRING_CHARS = 100_000
+JSON_VALUE: dict[str, Any] = {
+    "description": f"any JSON value, with no NUL character in a string or an object key, nested at most "
+    f"{MAX_JSON_DEPTH} levels deep",
+    "anyOf": [
+        {"type": "string", "pattern": NO_NUL},
+        {"type": ["number", "boolean", "null"]},
+        {"type": "array", "items": {"$ref": REF.format(model="JsonValue")}},
+        {"type": "object", "propertyNames": {"pattern": NO_NUL},
+         "additionalProperties": {"$ref": REF.format(model="JsonValue")}},
+    ],
+}
+# The keywords whose value is a subschema, a list of them or a map of them: only those are
+# walked, never data such as a default, an enum or an example.
+_SUBSCHEMA = ("additionalProperties", "items", "not", "propertyNames", "contains", "if", "then", "else")
+_SUBSCHEMAS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs")
+# A schema with nothing but these says nothing of the value: any JSON value.
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples"})
+
+
+def _state_no_nul(spec: dict[str, Any], schemas: dict[str, Any]) -> None:
+    """Give every string of the schemas a request body uses the pattern ``NO_NUL``, every
+    object schema the same for its keys, and make each arbitrary value ``JsonValue``."""
+    schemas["JsonValue"] = copy.deepcopy(JSON_VALUE)
+    seen = {"JsonValue"}
+    todo: list[Any] = [
+        media.get("schema", {})
+        for item in spec.get("paths", {}).values()
+        for operation in item.values()
+        for media in operation.get("requestBody", {}).get("content", {}).values()
+    ]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+            continue
+        if not isinstance(node, dict):  # additionalProperties: false
+            continue
+        ref = node.get("$ref", "")
+        if ref.startswith(REF.format(model="")):
+            name = ref.rsplit("/", 1)[1]
+            if name not in seen:
+                seen.add(name)
+                todo.append(schemas[name])
+        _no_nul(node)
+        todo.extend(node[k] for k in (*_SUBSCHEMA, *_SUBSCHEMAS) if k in node)
+        todo.extend(sub for k in _SUBSCHEMA_MAPS for sub in node.get(k, {}).values())
+
+
+def _no_nul(node: dict[str, Any]) -> None:
+    if not set(node) - _ANNOTATIONS:
+        node["$ref"] = REF.format(model="JsonValue")
+        return
+    if node.get("additionalProperties") is True:
+        node["additionalProperties"] = {"$ref": REF.format(model="JsonValue")}
+    kind = node.get("type")
+    if kind == "object" and node.get("additionalProperties") is not False:  # keys not all named
+        node.setdefault("propertyNames", {"pattern": NO_NUL})
+    if kind != "string" or {"enum", "const", "format"} & set(node):
+        return
+    if node.get("maxLength", 0) > LONG_STRING_CHARS:
+        # The same rule, in a form schemathesis can still fill to maxLength: a pattern over a
+        # string that long defeats its coverage phase, which then sends no body at all.
+        node.setdefault("not", {"pattern": NUL})
+        return
+    if "pattern" not in node:
+        node["pattern"] = NO_NUL
+    elif re.search(node["pattern"], "\x00") is not None:  # a pattern of its own that allows a NUL
+        node.setdefault("allOf", []).append({"pattern": NO_NUL})
 
 
 # --- the run request's webhook -------------------------------------------------------------
@@ -168,7 +254,8 @@ def _scripted_calls(schemas: dict[str, Any], tools: Iterable[Tool], open_names: 
     variants: list[dict[str, Any]] = [
         {
             "type": "object",
-            "properties": {"name": {"const": t.name}, "args": t.parameters},
+            # A copy: the document is changed after (worker.api.openapi._state_no_nul).
+            "properties": {"name": {"const": t.name}, "args": copy.deepcopy(t.parameters)},
             # args default to {}, which a tool with required args refuses
             "required": ["name", "args"] if t.parameters.get("required") else ["name"],
             "additionalProperties": False,

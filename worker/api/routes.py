@@ -52,6 +52,7 @@ router = APIRouter(prefix="/v1")
 
 _SUBMIT_ANSWERS: dict[int | str, dict[str, Any]] = {
     200: {"model": SubmittedRun, "description": "an earlier submit with this Idempotency-Key stored this run"},
+    403: {**_ERROR, "description": "OWNER_MISMATCH: owner is not this token's owner (omit it, or send that one)"},
     409: {**_ERROR, "description": "IDEMPOTENCY_KEY_REUSED (the key was used for another request) or ROOT_BUSY "
           "(root_policy reject, and the Root has an active run)"},
 }
@@ -74,8 +75,9 @@ def submit_run(
     body: RunSubmission, owner: Owner, state: State, response: Response, idempotency_key: IdempotencyKey = None
 ) -> SubmittedRun:
     if body.owner is not None and body.owner != owner:
+        # 403, not 422: the field is well formed, the token may not act for that owner.
         raise ApiError(
-            422, "REQUEST_INVALID", f"owner: this token submits for {owner!r}; omit owner or send it", "owner"
+            403, "OWNER_MISMATCH", f"owner: this token submits for {owner!r}; omit owner or send it", "owner"
         )
     if idempotency_key is not None and body.idempotency_key not in (None, idempotency_key):
         raise ApiError(

@@ -1,6 +1,9 @@
-"""The Prometheus metric families. Label values are bounded: outcomes, phases, statuses
-and refusal reasons are fixed sets; providers, models and tools are what a deployment
-configures. No run id is ever a label.
+"""The Prometheus metric families. Label values are bounded: outcomes, phases, statuses,
+tool domains and refusal reasons are fixed sets in the code; providers, models and tools
+are what the deployment configures (``LabelValues``), anything else is ``other``. A run's
+model name and its client tools' names come from whoever submits it: were they labels,
+one tenant could add series without end, and Prometheus keeps every series it has seen.
+No run id is ever a label.
 
 A worker process counts into one registry shared by its threads and serves it on
 AIDAWORK_METRICS_PORT (``serve``); the API serves its own registry on ``/metrics``,
@@ -12,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -26,14 +30,43 @@ DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 3
 # a lease length and more after a crash.
 LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 RUNS_CACHE_S = 5.0
+OTHER = "other"  # the label of a value the deployment did not configure
+
+
+@dataclass(frozen=True)
+class LabelValues:
+    """What the deployment configures, the only values its labels take (one frozenset
+    lookup each, on the hot path): the providers registered (built-in and plugins'),
+    the models of AIDAWORK_METRICS_MODELS, the tools registered at start (built-in,
+    plugins', MCP servers'). A client tool is never one: prepare refuses a client tool
+    named like a registered one."""
+
+    providers: frozenset[str] = frozenset()
+    models: frozenset[str] = frozenset()
+    tools: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, providers: Iterable[str], models: Iterable[str], tools: Iterable[str]) -> LabelValues:
+        return cls(frozenset(providers), frozenset(models), frozenset(tools))
+
+    def model(self, provider: str, model: str) -> tuple[str, str]:
+        """The (provider, model) labels. A provider without model names (the scripted
+        one) reports its own name as the model: as bounded as the provider."""
+        if provider not in self.providers:
+            return OTHER, OTHER
+        return provider, model if model in self.models or model == provider else OTHER
+
+    def tool(self, name: str) -> str:
+        return name if name in self.tools else OTHER
 
 
 class RoundMetrics:
     """The worker's families, in ``registry``. Counters are children bound once where the
     label set is fixed, so the hot path does no label lookup for them."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, labels: LabelValues | None = None) -> None:
         self.registry = registry
+        self.labels = labels or LabelValues()
         self.rounds = Counter(
             "aidawork_rounds", "Rounds that ended, by outcome (continue, suspend, finish, fail, "
             "run_failed: the run failed without a round, given_back: the claim was released)",

@@ -13,25 +13,69 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 from prometheus_client import CollectorRegistry
 
+from runtime.config import OpenAIModelConfig
+from runtime.deps import Runtime
 from runtime.errors import ModelError
 from runtime.models.base import ModelResponse
 from runtime.outcomes import ToolInvocation
 from schema.wire.claim import Claim
-from worker.observability.metrics import RoundMetrics
+from schema.wire.vocab import ToolDomain
+from worker.observability.metrics import LabelValues, RoundMetrics
 from worker.observability.tracing import Tracing, run_context
+from worker.settings import Settings
 
 GIVEN_BACK = "given_back"  # the round raised or its dependency was unavailable: the claim was released
 RUN_FAILED = "run_failed"  # the run failed at the claim, without a round (poison, invalid config)
 UNKNOWN_TOOL = "unknown"  # the label of a tool the model named that is not enabled: never its name
+# gen_ai.tool.type: a tool run on the caller's side is a "function" (the agent only writes
+# its arguments); one the worker runs, itself or through a plugin or MCP server, is an
+# "extension" of the agent.
+TOOL_TYPES = {ToolDomain.LOCAL: "function", ToolDomain.DESKTOP: "function",
+              ToolDomain.SDK: "extension", ToolDomain.PLUGIN: "extension"}
+_DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
 def _s(from_ns: int, to_ns: int) -> float:
     return max(0, to_ns - from_ns) / 1e9
+
+
+def _number(value: Any) -> int | float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def request_attributes(config: Any) -> dict[str, Any]:
+    """The GenAI request attributes of a model config, those it sets only (a plugin's
+    config may have none of them)."""
+    found: dict[str, Any] = {}
+    base_url = getattr(config, "base_url", None)
+    if isinstance(base_url, str):
+        try:
+            url = urlsplit(base_url)
+            port = url.port or _DEFAULT_PORTS.get(url.scheme)
+        except ValueError:  # a port out of range: the call fails on its own
+            url, port = None, None
+        if url is not None and url.hostname:
+            found["server.address"] = url.hostname
+        if port:
+            found["server.port"] = port
+    max_tokens: int | float | None
+    if isinstance(config, OpenAIModelConfig):
+        limit = config.output_limit()
+        max_tokens = limit[1] if limit else None
+    else:
+        max_tokens = _number(getattr(config, "max_tokens", None))
+    for key, value in (("gen_ai.request.max_tokens", max_tokens),
+                       ("gen_ai.request.temperature", _number(getattr(config, "temperature", None))),
+                       ("gen_ai.request.top_p", _number(getattr(config, "top_p", None)))):
+        if value is not None:
+            found[key] = value
+    return found
 
 
 @dataclass(frozen=True)
@@ -45,6 +89,12 @@ class Observability:
     def off(cls) -> Observability:
         """Counting into a registry nobody serves, tracing off (tests, tools)."""
         return cls(RoundMetrics(CollectorRegistry()), Tracing(None))
+
+    @classmethod
+    def for_process(cls, settings: Settings, runtime: Runtime, tracing: Tracing) -> Observability:
+        """A worker's: labels bounded by what its settings and runtime configure."""
+        labels = LabelValues.of(runtime.base.model_providers, settings.metrics_model_names, runtime.base.tools.names())
+        return cls(RoundMetrics(CollectorRegistry(), labels), tracing)
 
     def claim_refused(self, reason: str) -> None:
         self.metrics.claims_refused.labels(reason).inc()
@@ -65,6 +115,8 @@ class RoundObservation:
         self._claim = claim
         self._metrics.phase["claim"].observe(_s(started_ns, claimed_ns))
         self._labels = ("unknown", "unknown")
+        self._model_name = "unknown"  # as the run names it: span attributes only, never a label
+        self._request: dict[str, Any] = {}
         self._model_ns = 0
         self._tools_s = 0.0
         self._commit_ns = 0
@@ -79,14 +131,22 @@ class RoundObservation:
         c = self._claim
         attributes: dict[str, Any] = {"run_id": str(c.run_id), "boundary_seq": c.boundary_seq, "claim_fence": c.fence,
                       "attempt": c.attempt}
-        self._round = tracer.start_span("aidawork.round", context=run_context(c.trace_context),
-                                        kind=SpanKind.CONSUMER, start_time=started_ns, attributes=attributes)
+        # A round invokes the agent once (GenAI's invoke_agent, unnamed: runs have no agent
+        # name); CONSUMER all the same, as it takes the task its submit span sent.
+        self._round = tracer.start_span(
+            "invoke_agent", context=run_context(c.trace_context), kind=SpanKind.CONSUMER, start_time=started_ns,
+            attributes={**attributes, "gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": str(c.run_id)},
+        )
         self._ctx = set_span_in_context(self._round)
         tracer.start_span("aidawork.claim", context=self._ctx, start_time=started_ns,
                           attributes=attributes).end(end_time=claimed_ns)
 
-    def using_model(self, provider: str, model: str) -> None:
-        self._labels = (provider, model)
+    def using_model(self, provider: str, model: str, config: Any = None) -> None:
+        self._labels = self._metrics.labels.model(provider, model)
+        self._model_name = model
+        if self._round is not None:
+            self._request = request_attributes(config)
+            self._round.set_attributes({"gen_ai.provider.name": provider, "gen_ai.request.model": model})
 
     # --- the hooks' reports --------------------------------------------------------------
 
@@ -96,11 +156,12 @@ class RoundObservation:
         if duplicate:
             self._metrics.duplicate_model_calls.inc()
         if self._tracer is not None:
+            # The name takes the model's label (bounded); the attribute, the run's own name.
             provider, model = self._labels
             self._model = self._tracer.start_span(
                 f"chat {model}", context=self._ctx, kind=SpanKind.CLIENT, start_time=self._model_ns,
-                attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-                            "gen_ai.system": provider, "gen_ai.provider.name": provider,
+                attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": self._model_name,
+                            "gen_ai.provider.name": provider, **self._request,
                             "attempt": self._claim.attempt, "claim_fence": self._claim.fence,
                             "aidawork.duplicate": duplicate},
             )
@@ -120,6 +181,10 @@ class RoundObservation:
                 span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
                 if response.finish_reason:
                     span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
+                if response.response_id:
+                    span.set_attribute("gen_ai.response.id", response.response_id)
+                if response.response_model:
+                    span.set_attribute("gen_ai.response.model", response.response_model)
             if error is not None:
                 span.set_attribute("error.type", error.code)
                 span.set_status(Status(StatusCode.ERROR, error.code))
@@ -133,15 +198,18 @@ class RoundObservation:
         ended_ns = time.time_ns()
         self._tools_s += _s(started_ns, ended_ns)
         domain = UNKNOWN_TOOL if invocation.domain is None else str(invocation.domain)
-        tool = UNKNOWN_TOOL if invocation.domain is None else invocation.call.name
-        self._metrics.tool_calls.labels(tool, domain, str(invocation.status)).inc()
+        name = UNKNOWN_TOOL if invocation.domain is None else invocation.call.name
+        label = UNKNOWN_TOOL if invocation.domain is None else self._metrics.labels.tool(name)
+        self._metrics.tool_calls.labels(label, domain, str(invocation.status)).inc()
         if self._tracer is not None:
             attributes: dict[str, Any] = {
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
                 "gen_ai.tool.call.id": invocation.call.id,
                 "aidawork.tool.domain": domain, "aidawork.tool.status": str(invocation.status),
             }
-            span = self._tracer.start_span(f"execute_tool {tool}", context=self._ctx, kind=SpanKind.INTERNAL,
+            if invocation.domain is not None:
+                attributes["gen_ai.tool.type"] = TOOL_TYPES.get(invocation.domain, "extension")
+            span = self._tracer.start_span(f"execute_tool {label}", context=self._ctx, kind=SpanKind.INTERNAL,
                                            start_time=started_ns, attributes=attributes)
             span.end(end_time=ended_ns)
 

@@ -2,10 +2,11 @@
 
 The submitting process (the client library, or the API serving ``POST /v1/runs``) starts
 the trace with an ``aidawork.submit`` span and stores its W3C ``traceparent`` with the run
-(``runs.trace_context``); every claim hands it back, so each round's ``aidawork.round``
+(``runs.trace_context``); every claim hands it back, so each round's ``invoke_agent``
 span joins the run's trace from whichever worker runs it. Under a round: ``aidawork.claim``,
 ``chat <model>`` per model call (GenAI semantic conventions), ``execute_tool <name>`` per
-tool call and ``aidawork.commit``.
+tool call and ``aidawork.commit``; names take the bounded metric labels
+(``worker.observability.metrics.LabelValues``), attributes the run's own names.
 
 On only when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) or OTEL_TRACES_EXPORTER
 is set (``Settings.tracing_enabled``); the SDK reads the other OTEL_* variables itself

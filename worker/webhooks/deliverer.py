@@ -7,10 +7,15 @@ may run; their claims never overlap (``schema.store.webhooks``).
 
 Delivery is at least once: a crash between a receiver's 2xx and the record of it
 delivers again after the attempt's lease, with the same ``AIDAWORK-Delivery`` id.
+
+Each delivery is signed with its run's owner's key (``signature.owner_secret``), and its
+URL is checked again before each attempt: a URL stored before the submit-time check got
+stricter (or by another path into the store) is failed, never called.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -25,8 +30,17 @@ from schema.store import webhooks as outbox
 from schema.store.webhooks import DueDelivery, OutboxListener
 from schema.wire.vocab import WebhookStatus
 from worker.settings import Settings
-from worker.webhooks.policy import retry_delay_s, url_origin
-from worker.webhooks.signature import DELIVERY_HEADER, SIGNATURE_HEADER, signature_header
+from worker.webhooks.policy import WebhookRefused, check_url_shape, check_webhook_url, retry_delay_s, url_origin
+from worker.webhooks.signature import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    STANDARD_ID_HEADER,
+    STANDARD_SIGNATURE_HEADER,
+    STANDARD_TIMESTAMP_HEADER,
+    owner_secret,
+    signature_header,
+    standard_signature_header,
+)
 
 log = structlog.get_logger("aidawork.webhooks")
 USER_AGENT = "aidawork-webhooks/1"
@@ -45,14 +59,25 @@ def lease_s(timeout_s: float) -> float:
     return 3 * timeout_s + 5
 
 
+def body_of(delivery: DueDelivery) -> bytes:
+    """The event as the event stream serves it, plus its run's ``owner``: signed with the
+    body, so a receiver can check the owner is the one it serves."""
+    return json.dumps({**delivery.event.model_dump(mode="json"), "owner": delivery.owner},
+                      ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def post(http: httpx.Client, delivery: DueDelivery, secret: str) -> AttemptResult:
-    """One attempt. The error names the status or the exception's type, never the URL."""
-    body = delivery.event.model_dump_json().encode()
+    """One attempt, signed with ``secret`` (the owner's) in both schemes. The error names
+    the status or the exception's type, never the URL."""
+    body, sent_at, delivery_id = body_of(delivery), int(time.time()), str(delivery.id)
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
-        SIGNATURE_HEADER: signature_header(body, secret, int(time.time())),
-        DELIVERY_HEADER: str(delivery.id),
+        SIGNATURE_HEADER: signature_header(body, secret, sent_at),
+        DELIVERY_HEADER: delivery_id,
+        STANDARD_ID_HEADER: delivery_id,
+        STANDARD_TIMESTAMP_HEADER: str(sent_at),
+        STANDARD_SIGNATURE_HEADER: standard_signature_header(body, secret, delivery_id, sent_at),
     }
     try:
         # Streamed and closed unread: the status is all we need from a receiver.
@@ -73,7 +98,7 @@ class Deliverer:
         if settings.webhook_secret is None:
             raise ValueError("AIDAWORK_WEBHOOK_SECRET is not set")
         self.engine, self.settings = engine, settings
-        self._secret = settings.webhook_secret.get_secret_value()
+        self._master = settings.webhook_secret.get_secret_value()
         self.http = http or httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False)
         # httpx logs every request's URL at INFO: the URL may hold a token.
         logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -81,7 +106,8 @@ class Deliverer:
     def attempt(self, delivery: DueDelivery) -> WebhookStatus | None:
         """POST one claimed delivery and record how it went; its new status (None: the
         lease had been taken over by another deliverer meanwhile)."""
-        result = post(self.http, delivery, self._secret)
+        refusal = self._refusal(delivery.url)
+        result = refusal or post(self.http, delivery, owner_secret(self._master, delivery.owner))
         fields = {
             "delivery_id": delivery.id,
             "run_id": str(delivery.event.run_id),
@@ -97,15 +123,27 @@ class Deliverer:
             return WebhookStatus.DELIVERED if recorded else None
         s = self.settings
         retry_in_s = retry_delay_s(delivery.attempt, base_s=s.webhook_backoff_s, max_s=s.webhook_backoff_max_s)
+        # A refusal does not heal with time: an empty window fails the delivery now.
+        retry_for_s = 0.0 if refusal else s.webhook_retry_for_s
         status = outbox.record_attempt_failed(
             self.engine, delivery, status_code=result.status_code, error=result.error,
-            retry_in_s=retry_in_s, retry_for_s=s.webhook_retry_for_s,
+            retry_in_s=retry_in_s, retry_for_s=retry_for_s,
         )
         if status is WebhookStatus.FAILED:
             log.warning("webhook_failed", **fields, error=result.error)
         else:
             log.info("webhook_attempt_failed", **fields, error=result.error, retry_in_s=round(retry_in_s, 3))
         return status
+
+    def _refusal(self, url: str) -> AttemptResult | None:
+        """The URL checked again, as at submit: against this process's prefixes if it has
+        them (the deliverer needs no ``AIDAWORK_WEBHOOK_URLS``), else its shape alone."""
+        prefixes = self.settings.webhook_prefixes
+        try:
+            check_webhook_url(url, prefixes) if prefixes else check_url_shape(url)
+        except WebhookRefused as exc:
+            return AttemptResult(None, f"{exc.code}: {exc.message}")
+        return None
 
     def _safe_attempt(self, delivery: DueDelivery) -> None:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from runtime.errors import RequestInvalid
 from schema.wire.retry import RetryPolicy, backoff_s
@@ -14,9 +14,10 @@ SCHEMES = ("http", "https")
 
 
 class WebhookRefused(RequestInvalid):
-    """Raised at submit when a run's ``webhook.url`` is not allowed: not http(s), or not
-    under one of the deployment's ``AIDAWORK_WEBHOOK_URLS`` prefixes (none: webhooks are
-    off). Nothing is stored. The message never repeats the URL (it may hold a token)."""
+    """Raised at submit when a run's ``webhook.url`` is not allowed: not http(s), with a
+    dot segment, or not under one of the deployment's ``AIDAWORK_WEBHOOK_URLS`` prefixes
+    (none: webhooks are off). Nothing is stored. The message never repeats the URL (it
+    may hold a token)."""
 
     code = "WEBHOOK_REFUSED"
 
@@ -36,7 +37,23 @@ def _url_problem(url: str) -> str | None:
         return "has an invalid port"
     if not parts.hostname:
         return "must name a host"
+    if _has_dot_segment(parts.path):
+        return "must not contain a dot segment (. or .., percent-encoded or not)"
     return None
+
+
+def _has_dot_segment(path: str) -> bool:
+    """A ``.`` or ``..`` segment, as written or after percent-decoding (repeated until
+    nothing changes), ``\\`` counting as a separator: httpx resolves ``/hook/../x`` to
+    ``/x`` before sending, and a receiver's server may decode ``%2e%2e`` or ``..%2f`` and
+    resolve it, so a URL that matched a prefix as written would reach a path outside it."""
+    while True:
+        if any(segment in (".", "..") for segment in path.replace("\\", "/").split("/")):
+            return True
+        decoded = unquote(path)
+        if decoded == path:
+            return False
+        path = decoded
 
 
 def parse_prefixes(raw: str) -> list[str]:
@@ -50,24 +67,29 @@ def parse_prefixes(raw: str) -> list[str]:
 
 
 def _under(url: str, prefix: str) -> bool:
-    """``url`` starts with ``prefix``, and a prefix without a path ends at the host: else
-    ``https://hooks.example.com`` would allow ``https://hooks.example.com.evil.net/`` or
-    ``https://hooks.example.com@evil.net/``."""
+    """``url`` starts with ``prefix`` on a boundary: the prefix ends with ``/``, or what
+    follows it starts a new segment, the query or the fragment. Else ``https://h.example``
+    would allow ``https://h.example.evil.net/`` or ``https://h.example@evil.net/``, and
+    ``https://h.example/hook`` would allow ``https://h.example/hookevil``."""
     if not url.startswith(prefix):
         return False
-    if urlsplit(prefix).path or prefix.endswith("/"):
-        return True
     rest = url[len(prefix):]
-    return rest == "" or rest[0] in "/?#"
+    return prefix.endswith("/") or rest == "" or rest[0] in "/?#"
+
+
+def check_url_shape(url: str) -> None:
+    """``WebhookRefused`` unless ``url`` is an http(s) URL naming a host, without a dot
+    segment: ``check_webhook_url`` without the prefixes."""
+    problem = _url_problem(url)
+    if problem is not None:
+        raise WebhookRefused("webhook.url", problem)
 
 
 def check_webhook_url(url: str, prefixes: Sequence[str]) -> None:
     """``WebhookRefused`` (field ``webhook.url``) unless ``url`` is allowed."""
     if not prefixes:
         raise WebhookRefused("webhook.url", "webhooks are not enabled here (AIDAWORK_WEBHOOK_URLS is empty)")
-    problem = _url_problem(url)
-    if problem is not None:
-        raise WebhookRefused("webhook.url", problem)
+    check_url_shape(url)
     if not any(_under(url, prefix) for prefix in prefixes):
         raise WebhookRefused(
             "webhook.url", "is not under any of the allowed prefixes (AIDAWORK_WEBHOOK_URLS); ask the operator"

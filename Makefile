@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: help install demo test test-unit test-db test-e2e lint typecheck bench flower clean
+.PHONY: help install demo test test-unit test-db test-e2e lint typecheck bench flower docs docs-serve docs-test docs-screenshots clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -12,12 +12,15 @@ help:  ## list the targets
 $(STAMP): pyproject.toml examples/plugin/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,docs]'
 	# The example plugin (examples/plugin): the demo and the tests use its tools.
 	$(PY) -m pip install -q -e examples/plugin
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install the project with its dev tools
+install: $(STAMP)  ## create .venv and install the project with its dev and docs tools
+
+# mkdocs and its plugins print banners about their own futures on every build.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
 
 demo: install  ## migrate, start two workers and beat, run scripted runs end to end
 	$(PY) examples/demo.py
@@ -47,5 +50,17 @@ bench: install  ## round cost next to two Celery hops, CPU and bytes per round, 
 flower: install  ## Flower on the same broker, http://127.0.0.1:5555
 	$(VENV)/bin/aidawork flower
 
+docs: install  ## build the site strict into site/ (a warning, a broken link or a missing page fails)
+	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-test: install  ## run every python/sh/console block and check every json run request of README.md and docs/ (prints the skipped ones)
+	$(VENV)/bin/pytest -q tests/docs
+
+docs-serve: install  ## serve the site with live reload, http://127.0.0.1:8000
+	$(DOCS_ENV) $(VENV)/bin/mkdocs serve
+
+docs-screenshots: install  ## retake docs/assets/inspector.png and flower.png from a throwaway stack (headless Chromium)
+	$(PY) docs/screenshots.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf site $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runtime.canonical import JSON, digest
+from schema.wire.errors import ErrorCode
 from schema.wire.vocab import ToolDomain, ToolStatus
 
-REPEATED_IDENTICAL_TOOL_CALL = "REPEATED_IDENTICAL_TOOL_CALL"
+REPEATED_IDENTICAL_TOOL_CALL = ErrorCode.REPEATED_IDENTICAL_TOOL_CALL
 
 # These domains run on the user's side and have failure budgets of their own.
 EXEMPT_DOMAINS = frozenset({ToolDomain.LOCAL, ToolDomain.DESKTOP, ToolDomain.PLUGIN})

@@ -20,8 +20,9 @@ from typing import Any
 from runtime.canonical import canonical_json
 from runtime.errors import AidaworkError, ModelError
 from runtime.models.base import ModelRequest
+from schema.wire.errors import ErrorCode
 
-OWNER_BUDGET_EXCEEDED = "OWNER_BUDGET_EXCEEDED"
+OWNER_BUDGET_EXCEEDED = ErrorCode.OWNER_BUDGET_EXCEEDED
 # The scripted model has no output limit: its calls are estimated at this many output
 # tokens (its answers are short; the real usage is settled after the call either way).
 SCRIPTED_OUTPUT_ESTIMATE_TOKENS = 256
@@ -111,7 +112,7 @@ class BudgetWaitRequired(AidaworkError):
     the run (suspended, waiting for kind ``budget``) until the window rolls over or the
     budget is raised. Not a ``ModelError``: the round did not end, so the loop passes it on."""
 
-    code = "OWNER_BUDGET_WAIT"
+    code = ErrorCode.OWNER_BUDGET_WAIT
     retryable = True
 
     def __init__(self, shortfall: BudgetShortfall) -> None:

@@ -6,7 +6,7 @@ whether retrying the same thing can help (``retryable``).
 
 from __future__ import annotations
 
-from schema.wire.errors import AidaworkError
+from schema.wire.errors import AidaworkError, ErrorCode
 
 __all__ = [
     "AidaworkError",
@@ -32,7 +32,7 @@ class RequestInvalid(AidaworkError):
     ``field`` is the dotted path of the offending value (``config.tools[0]``).
     """
 
-    code = "REQUEST_INVALID"
+    code = ErrorCode.REQUEST_INVALID
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}" if field else message)
@@ -46,51 +46,51 @@ class RequestInvalid(AidaworkError):
 class ModelError(AidaworkError):
     """Raised by a model client when a call did not produce a usable response."""
 
-    code = "MODEL_ERROR"
+    code = ErrorCode.MODEL_ERROR
 
 
 class ModelUnavailable(ModelError):
     """The provider could not be reached or answered with a transient failure."""
 
-    code = "MODEL_UNAVAILABLE"
+    code = ErrorCode.MODEL_UNAVAILABLE
     retryable = True
 
 
 class ModelInputRejection(ModelError):
     """The provider refused the input because it exceeds the context window."""
 
-    code = "MODEL_INPUT_REJECTED"
+    code = ErrorCode.MODEL_INPUT_REJECTED
 
 
 class ModelOutputTruncated(ModelError):
     """The answer was cut off by the output token limit (``length`` / ``max_tokens``),
     or a tool call was cut off mid-arguments."""
 
-    code = "MODEL_OUTPUT_TRUNCATED"
+    code = ErrorCode.MODEL_OUTPUT_TRUNCATED
 
 
 class ModelRefused(ModelError):
     """The model refused to answer (OpenAI ``message.refusal``, Anthropic ``refusal``)."""
 
-    code = "MODEL_REFUSED"
+    code = ErrorCode.MODEL_REFUSED
 
 
 class ModelContentFiltered(ModelError):
     """The provider's content filter stopped the answer (OpenAI ``content_filter``)."""
 
-    code = "MODEL_CONTENT_FILTERED"
+    code = ErrorCode.MODEL_CONTENT_FILTERED
 
 
 class ModelToolCallUnsupported(ModelError):
     """The model made a kind of tool call we do not run (OpenAI ``type: custom``)."""
 
-    code = "MODEL_TOOL_CALL_UNSUPPORTED"
+    code = ErrorCode.MODEL_TOOL_CALL_UNSUPPORTED
 
 
 class ModelScriptExhausted(ModelError):
     """The scripted model was asked for a turn beyond the end of its script."""
 
-    code = "MODEL_SCRIPT_EXHAUSTED"
+    code = ErrorCode.MODEL_SCRIPT_EXHAUSTED
 
 
 # --- tools -----------------------------------------------------------------------------
@@ -99,4 +99,4 @@ class ModelScriptExhausted(ModelError):
 class ToolFailed(AidaworkError):
     """Raised by a tool handler for an expected failure; the model sees the message."""
 
-    code = "TOOL_FAILED"
+    code = ErrorCode.TOOL_FAILED

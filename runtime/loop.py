@@ -42,10 +42,11 @@ from runtime.state import RunState
 from runtime.tool_calls import run_tool, with_call_projection, with_unique_call_ids
 from runtime.tools import NO_INPUTS, ToolOutcome
 from schema.wire import EventKind
+from schema.wire.errors import ErrorCode
 from schema.wire.vocab import ANSWERED_WAITS, ToolStatus
 
-MAX_ROUNDS_EXCEEDED = "MAX_ROUNDS_EXCEEDED"
-MODEL_RESPONSE_INVALID = "MODEL_RESPONSE_INVALID"
+MAX_ROUNDS_EXCEEDED = ErrorCode.MAX_ROUNDS_EXCEEDED
+MODEL_RESPONSE_INVALID = ErrorCode.MODEL_RESPONSE_INVALID
 
 
 @dataclass

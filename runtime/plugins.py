@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from runtime.errors import AidaworkError
 from runtime.tools import BUILTIN_TOOLS, Tool
 from runtime.tools.define import NAME_PATTERN
+from schema.wire.errors import ErrorCode
 
 ENTRY_POINT_GROUP = "aidawork.plugins"
 BUILTIN_PROVIDERS = frozenset({"scripted", "openai", "anthropic"})
@@ -35,7 +36,7 @@ BUILTIN_TOOL_NAMES = frozenset(t.name for t in BUILTIN_TOOLS)
 class PluginError(AidaworkError):
     """A plugin could not be loaded (import failed, no ``register``, a bad registration)."""
 
-    code = "PLUGIN_INVALID"
+    code = ErrorCode.PLUGIN_INVALID
 
     def __init__(self, plugin: str, problem: str) -> None:
         super().__init__(f"plugin {plugin!r}: {problem}")

@@ -22,8 +22,9 @@ from uuid import UUID
 from runtime.canonical import canonical_json
 from runtime.errors import AidaworkError
 from schema.wire.claim import StoredRound
+from schema.wire.errors import ErrorCode
 
-ROUND_PROOF_INVALID = "ROUND_PROOF_INVALID"
+ROUND_PROOF_INVALID = ErrorCode.ROUND_PROOF_INVALID
 
 
 class ProjectionRefused(AidaworkError):

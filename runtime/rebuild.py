@@ -19,6 +19,7 @@ from runtime.errors import AidaworkError, ModelError
 from runtime.hooks import RoundHooks
 from runtime.messages import Message
 from runtime.models.base import ModelClient, ModelRequest
+from schema.wire.errors import ErrorCode
 from schema.wire.rebuild import ChainBuild, RebuildCandidate, ReservationPlan, SourceMessage
 from schema.wire.vocab import MessageRole
 
@@ -37,13 +38,13 @@ class RebuildSourceChanged(AidaworkError):
     """The source prefix re-read inside the Root's transaction is not the one the
     candidate was prepared from (count, order, digest, eligibility or a split)."""
 
-    code = "RUNTIME_WORK_MODEL_REBUILD_SOURCE_CHANGED"
+    code = ErrorCode.RUNTIME_WORK_MODEL_REBUILD_SOURCE_CHANGED
 
 
 class RebuildExhausted(AidaworkError):
     """The open chain already consumed its two rebuilds, or there is nothing to compress."""
 
-    code = "MODEL_CONTEXT_REBUILD_EXHAUSTED"
+    code = ErrorCode.MODEL_CONTEXT_REBUILD_EXHAUSTED
 
 
 def source_digest(source: Sequence[SourceMessage]) -> str:
@@ -153,7 +154,7 @@ def verify_prepared_prefix(
 class RebuildPredecessorMismatch(AidaworkError):
     """An ordinal-2 reservation did not bind the chain's consumed ordinal-1 build."""
 
-    code = "MODEL_REBUILD_PREDECESSOR_MISMATCH"
+    code = ErrorCode.MODEL_REBUILD_PREDECESSOR_MISMATCH
 
 
 def plan_reservation(chain: Sequence[ChainBuild], predecessor_build_id: str | None) -> ReservationPlan:

@@ -25,6 +25,7 @@ from runtime.state import RunState
 from runtime.tool_calls import run_tool, with_call_projection
 from runtime.tools import ToolInputs, ToolSuspension
 from schema.wire import EventKind, OriginalToolRoundResume
+from schema.wire.errors import ErrorCode
 from schema.wire.vocab import ToolStatus
 
 CHECKED_FIELDS = (
@@ -44,7 +45,7 @@ class ResumeRefused(AidaworkError):
     """A resume does not match the stored suspension (or its proof does not verify).
     Nothing was changed; retrying the same resume cannot help."""
 
-    code = "RESUME_REFUSED"
+    code = ErrorCode.RESUME_REFUSED
 
     def __init__(self, run_id: UUID, field: str, reason: str) -> None:
         super().__init__(f"run {run_id}: resume refused on {field}: {reason}")

@@ -28,6 +28,7 @@ from runtime.tools import (
     ToolSuspension,
     ToolTimedOut,
 )
+from schema.wire.errors import ErrorCode
 from schema.wire.vocab import ToolStatus
 
 
@@ -37,7 +38,7 @@ def run_tool(
     started_ns = time.time_ns()
     tool = deps.tools.get(call.name)
     if tool is None:
-        outcome = ToolOutcome.failed("TOOL_UNKNOWN", f"tool {call.name!r} is not enabled")
+        outcome = ToolOutcome.failed(ErrorCode.TOOL_UNKNOWN, f"tool {call.name!r} is not enabled")
     else:
         outcome = _tool_outcome(deps, state, tool, call, inputs, hooks)
     result_digest = None
@@ -50,7 +51,7 @@ def run_tool(
                 raise ValueError(str(bad))
             result_digest = digest(outcome.result)
         except (ValueError, TypeError) as exc:  # ... or not JSON at all
-            outcome = ToolOutcome.failed("TOOL_RESULT_INVALID", f"the tool's result cannot be stored: {exc}")
+            outcome = ToolOutcome.failed(ErrorCode.TOOL_RESULT_INVALID, f"the tool's result cannot be stored: {exc}")
             result_digest = digest(outcome.result)
     invocation = ToolInvocation(
         call=call,
@@ -66,7 +67,7 @@ def run_tool(
     return invocation, outcome
 
 
-TOOL_REJECTED = "TOOL_REJECTED"
+TOOL_REJECTED = ErrorCode.TOOL_REJECTED
 # A tool with no timeout of its own still tells its handler when the round wants it done.
 DEFAULT_TOOL_DEADLINE_S = 300.0
 

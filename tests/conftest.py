@@ -1,12 +1,14 @@
 """Fixtures only (what tests share otherwise is in tests/support).
 
 Tiers, selected by path or by marker (each test is marked by the folder it is in):
-- tests/unit: no services (``-m "not db and not e2e"``);
+- tests/unit: no services (``-m "not db and not e2e and not docs"``);
 - tests/db (``-m db``): real PostgreSQL, a fresh database per test copied from a template
   migrated once per session (``CREATE DATABASE ... TEMPLATE`` is fast); no Redis: tasks the
   code sends go to a recording broker (``broker``);
 - tests/e2e (``-m e2e``, fixtures in tests/e2e/conftest.py): also real Redis (a flushed
-  test database) and real ``aidawork worker`` / ``beat`` / ``api`` processes.
+  test database) and real ``aidawork worker`` / ``beat`` / ``api`` processes;
+- tests/docs (``-m docs``, ``make docs-test``): the examples of README.md and docs/, run
+  against real PostgreSQL, Redis and worker processes (tests/docs/blocks.py).
 
 When ``CI`` is set, a missing PostgreSQL or Redis fails the tests instead of skipping.
 """
@@ -28,7 +30,7 @@ from tests.support.env import PG_BASE, admin_engine, make_context, unavailable
 from tests.support.fakes import RecordingBroker
 
 TEMPLATE_DB = f"aidawork_test_template_{os.getpid()}"  # one per session: sessions may overlap
-TIERS = ("db", "e2e")
+TIERS = ("db", "e2e", "docs")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

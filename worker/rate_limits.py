@@ -32,6 +32,7 @@ import structlog
 
 from runtime.errors import ModelUnavailable
 from runtime.models.limits import CallLimitKey, listening_for_rate_limits
+from schema.wire.errors import ErrorCode
 from schema.wire.route import Route
 from worker.rate_limit_rules import Bucket, RateLimitRules
 from worker.settings import Settings
@@ -100,7 +101,7 @@ class RoundRateLimited(ModelUnavailable):
     """The round's model call must wait longer for its rate limit than a thread sleeps:
     the round is given back (costing no attempt) and re-sent after ``countdown_s``."""
 
-    code = "MODEL_RATE_LIMITED"
+    code = ErrorCode.MODEL_RATE_LIMITED
 
     def __init__(
         self, run_id: UUID, boundary_seq: int, route: Route, bucket: str, wait_s: float, countdown_s: float

@@ -38,6 +38,7 @@ from schema.store.claims import CHANGED_SINCE_CLAIM, INTERRUPT_PENDING, OWNER_AT
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
+from schema.wire.errors import ErrorCode
 from schema.wire.record import Committed, RoundRecord
 from worker import failpoints
 from worker.app import send_next_runs, send_or_defer
@@ -51,8 +52,8 @@ from worker.rebuild import rebuild_context
 
 log = structlog.get_logger("aidawork.round")
 
-ROUND_ATTEMPTS_EXHAUSTED = "ROUND_ATTEMPTS_EXHAUSTED"
-CONFIG_INVALID = "CONFIG_INVALID"
+ROUND_ATTEMPTS_EXHAUSTED = ErrorCode.ROUND_ATTEMPTS_EXHAUSTED
+CONFIG_INVALID = ErrorCode.CONFIG_INVALID
 # Deaths of a round's holders allowed per attempt of the budget: a holder that dies
 # before the round's execution is marked (loading a huge context, say) costs no attempt,
 # but a round that always kills its worker so must still end. A death while other workers

@@ -35,195 +35,382 @@ class Settings(BaseSettings):
     # hide_input_in_errors: a validation error must never print a key it was given.
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore", hide_input_in_errors=True)
 
-    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/aidawork"
-    broker_url: str = "redis://127.0.0.1:6379/0"
-    # Signs round proofs (HMAC-SHA256). Every worker of a deployment needs the same value;
-    # when unset, a development value is used and a warning is logged.
-    secret_key: SecretStr | None = Field(default=None, min_length=16)
-    # Development mode: `aidawork worker`, `beat` and `api` start without a secret key
-    # (using a public development secret). Never set it in a deployment.
-    dev: bool = False
-
-    # A claim is a lease of this length, extended every lease_s / 3 while the round runs.
-    # Longer than any gap between heartbeats, short enough that a crashed worker's run
-    # is picked up again quickly.
-    lease_s: float = Field(default=30.0, gt=0.5, le=3600)
-    # A ready run whose last task was sent this long ago without a claim is re-sent.
-    dispatch_grace_s: float = Field(default=30.0, gt=0, le=3600)
-    reconcile_interval_s: float = Field(default=5.0, gt=0, le=3600)
-    # Fair share (runtime.shares): the number of round queues the broker rotates between.
-    # An owner of weight W sends to W of them (at most all); owners whose queues overlap
-    # share them FIFO, so keep it well above the summed weights of the owners busy at once.
-    # Every process of a deployment (workers, beat, API, CLI) must have the same value.
-    round_queues: int = Field(default=16, ge=1, le=256)
-    # Failed executions of one round (its worker died in it, or it raised) before the run
-    # fails with ROUND_ATTEMPTS_EXHAUSTED.
-    max_round_attempts: int = Field(default=3, ge=1, le=100)
-    # Largest file a client may deliver for a durable local read (UTF-8 bytes).
-    max_local_read_bytes: int = Field(default=1_048_576, ge=1, le=64 * 1_048_576)
-    # Threads per worker process: rounds wait on model I/O, so many fit in one process.
-    worker_concurrency: int = Field(default=32, ge=1, le=1000)
-    # Database connections per process: min(threads + 2, this). A round holds a
-    # connection only for the length of one statement, so a few serve hundreds of
-    # threads; a thread finding all in use waits up to database_pool_timeout_s.
-    database_pool_max: int = Field(default=20, ge=1, le=1000)
-    database_pool_timeout_s: float = Field(default=30.0, gt=0, le=3600)
-    # Behind PgBouncer in transaction pooling mode: no server-side prepared statements.
-    database_pgbouncer: bool = False
-    # The one log level of every process (worker, beat, api, flower, migrate, CLI), for our
-    # own lines and for every library's (Celery, kombu, uvicorn, Tornado, Alembic) alike.
-    # Client commands of the CLI log only warnings and errors, whatever this says: their
-    # results are their output.
-    log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
-    # Prometheus: the port on which THIS worker process serves /metrics (unset: no
-    # endpoint). Several worker processes on one host each get their own value (8001,
-    # 8002, ...), since the setting is the port of the process it is set for; a worker's
-    # threads share one registry. The API serves /metrics on its own port.
-    metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    # The address it listens on. Loopback by default: the endpoint has no authentication,
-    # so widen it (0.0.0.0, as compose does) only where a network policy or an
-    # authenticating proxy keeps everyone but the scraper out.
-    metrics_host: str = "127.0.0.1"
-    # Model names that metrics label by name (comma-separated); any other model is labelled
-    # ``other``, since a run's model name is whatever its submitter sent and each distinct
-    # label value is a series Prometheus keeps for ever.
-    metrics_models: str = ""
-    # OpenTelemetry traces are configured by the standard OTEL_* variables, which the SDK
-    # reads itself (OTEL_SERVICE_NAME, OTEL_EXPORTER_OTLP_*, OTEL_TRACES_SAMPLER, ...);
-    # these two only decide whether tracing is on at all (worker.observability.tracing).
-    otel_exporter_otlp_endpoint: str | None = Field(default=None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
-    otel_exporter_otlp_traces_endpoint: str | None = Field(
-        default=None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    database_url: str = Field(
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/aidawork",
+        description="The PostgreSQL database of the deployment, as an SQLAlchemy URL (psycopg driver).",
     )
-    otel_traces_exporter: str | None = Field(default=None, validation_alias="OTEL_TRACES_EXPORTER")
-    otel_service_name: str | None = Field(default=None, validation_alias="OTEL_SERVICE_NAME")
-    # The Celery node name of `aidawork worker`, as Flower and remote control show it;
-    # ``%h`` is the host name. Stable across restarts, so a restarted worker is the same
-    # row in Flower. Two workers on one host need distinct names (``w1@%h``, ``w2@%h``):
-    # Celery tells nodes apart by this name only.
-    worker_name: str = Field(default="aidawork@%h", pattern=r"^[A-Za-z0-9_.%-]+@[A-Za-z0-9_.%-]+$")
-    # Flower's HTTP basic auth (`aidawork flower`), ``user:password`` (several pairs
-    # comma-separated). Unset: no authentication, so only bind Flower to loopback then.
-    # Secret: never logged; passed to Flower in-process, not on a command line.
-    flower_basic_auth: SecretStr | None = None
-    # Plugins to load at start, a comma-separated list of importable modules (more are
-    # found through the ``aidawork.plugins`` entry points of installed packages). Every
-    # process of a deployment (worker, API, CLI, client) needs the same list.
-    plugins: str = ""
-    # Test-only crash injection: comma-separated names from FAILPOINTS, each optionally
-    # scoped to the runs of one owner (``after_model_call@team-poison``). Empty in production.
-    failpoints: str = ""
+    broker_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="The Celery broker (Redis); provider rate limits keep their buckets there too.",
+    )
+    secret_key: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="Signs round proofs (HMAC-SHA256); every worker of a deployment needs the same value. "
+        "When unset, a development value is used and a warning is logged.",
+    )
+    dev: bool = Field(
+        default=False,
+        description="Development mode: `aidawork worker`, `beat` and `api` start without a secret key "
+        "(using a public development secret). Never set it in a deployment.",
+    )
+
+    lease_s: float = Field(
+        default=30.0,
+        gt=0.5,
+        le=3600,
+        description="A claim is a lease of this length, extended every lease_s / 3 while the round runs: longer "
+        "than any gap between heartbeats, short enough that a crashed worker's run is picked up again quickly.",
+    )
+    dispatch_grace_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="A ready run whose last task was sent this long ago without a claim is re-sent.",
+    )
+    reconcile_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="How often beat runs the reconciler (start to start), which re-sends the round of every run that "
+        "should be executing but has no live task (its lease expired, or its message was never claimed).",
+    )
+    round_queues: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description="Fair share: the number of round queues the broker rotates between. An owner of weight W "
+        "sends to W of them (at most all), and owners whose queues overlap share them FIFO, so keep it well above "
+        "the summed weights of the owners busy at once; every process of a deployment (workers, beat, API, CLI) "
+        "must have the same value.",
+    )
+    max_round_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Failed executions of one round (its worker died in it, or it raised) before the run fails "
+        "with ROUND_ATTEMPTS_EXHAUSTED.",
+    )
+    max_local_read_bytes: int = Field(
+        default=1_048_576,
+        ge=1,
+        le=64 * 1_048_576,
+        description="Largest file a client may deliver for a durable local read (UTF-8 bytes).",
+    )
+    worker_concurrency: int = Field(
+        default=32,
+        ge=1,
+        le=1000,
+        description="Threads per worker process: rounds wait on model I/O, so many fit in one process.",
+    )
+    database_pool_max: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description="Database connections per process: min(threads + 2, this). A round holds a connection only "
+        "for one statement, so a few serve hundreds of threads; a thread finding all in use waits up to "
+        "database_pool_timeout_s.",
+    )
+    database_pool_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="How long a thread waits for a free database connection of its process's pool.",
+    )
+    database_pgbouncer: bool = Field(
+        default=False,
+        description="Behind PgBouncer in transaction pooling mode: no server-side prepared statements.",
+    )
+    log_level: str = Field(
+        default="INFO",
+        pattern="^(DEBUG|INFO|WARNING|ERROR)$",
+        description="The one log level of every process (worker, beat, api, flower, migrate, CLI), for our own "
+        "lines and every library's alike. Client commands of the CLI log only warnings and errors whatever it "
+        "says: their results are their output.",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="The port on which THIS worker process serves Prometheus /metrics (unset: no endpoint); "
+        "several worker processes on one host each get their own value (8001, 8002, ...). The API serves "
+        "/metrics on its own port.",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="The address the metrics endpoint listens on. Loopback by default: the endpoint has no "
+        "authentication, so widen it (0.0.0.0, as compose does) only where a network policy or an "
+        "authenticating proxy keeps everyone but the scraper out.",
+    )
+    metrics_models: str = Field(
+        default="",
+        description="Model names that metrics label by name (comma-separated); any other model is labelled "
+        "`other`, since a run's model name is whatever its submitter sent and each label value is a series "
+        "Prometheus keeps for ever.",
+    )
+    # OpenTelemetry traces are configured by the standard OTEL_* variables, which the SDK
+    # reads itself; these four only decide whether tracing is on at all.
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+        description="The standard OpenTelemetry OTLP endpoint (read by the SDK itself); when set, traces are "
+        "exported (worker.observability.tracing).",
+    )
+    otel_exporter_otlp_traces_endpoint: str | None = Field(
+        default=None,
+        validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        description="The standard OpenTelemetry OTLP endpoint for traces only; when set, traces are exported.",
+    )
+    otel_traces_exporter: str | None = Field(
+        default=None,
+        validation_alias="OTEL_TRACES_EXPORTER",
+        description="The standard OpenTelemetry traces exporter; when set, it decides whether traces are "
+        "exported (`none` turns them off even with an endpoint).",
+    )
+    otel_service_name: str | None = Field(
+        default=None,
+        validation_alias="OTEL_SERVICE_NAME",
+        description="The standard OpenTelemetry service name of this process's spans (read by the SDK itself).",
+    )
+    worker_name: str = Field(
+        default="aidawork@%h",
+        pattern=r"^[A-Za-z0-9_.%-]+@[A-Za-z0-9_.%-]+$",
+        description="The Celery node name of `aidawork worker` (`%h` is the host name), stable across restarts so "
+        "a restarted worker is the same row in Flower. Two workers on one host need distinct names "
+        "(`w1@%h`, `w2@%h`): Celery tells nodes apart by this name only.",
+    )
+    flower_basic_auth: SecretStr | None = Field(
+        default=None,
+        description="Flower's HTTP basic auth (`aidawork flower`), `user:password` (several pairs "
+        "comma-separated); unset: no authentication, so only bind Flower to loopback then. Secret: never logged, "
+        "passed to Flower in-process, not on a command line.",
+    )
+    plugins: str = Field(
+        default="",
+        description="Plugins to load at start, a comma-separated list of importable modules (more are found "
+        "through the `aidawork.plugins` entry points of installed packages). Every process of a deployment "
+        "(worker, API, CLI, client) needs the same list.",
+    )
+    failpoints: str = Field(
+        default="",
+        description="Test-only crash injection: comma-separated failpoint names, each optionally scoped to the "
+        "runs of one owner (`after_model_call@team-poison`). Empty in production.",
+    )
 
     # --- model provider keys (never logged, stored or put in a message) ----------------
-    # The default key of each provider, used by runs whose model config says
-    # ``"api_key_ref": "default"`` (or leaves it out).
-    openai_api_key: SecretStr | None = None
-    anthropic_api_key: SecretStr | None = None
-    # More keys by name, each bound to the owners that may use it, a JSON object
-    # ``{"team-b": {"key": "sk-...", "owners": ["team-b"]}}`` (``"owners": ["*"]`` shares a
-    # key on purpose; the plain form ``{"team-b": "sk-..."}`` is usable only by the owner
-    # named like the key). A run picks one with ``"api_key_ref": "team-b"``. Processes that
-    # submit runs need the same entries: a key the run's owner may not use is refused.
-    model_keys: Annotated[dict[str, SecretStr | ModelKeyEntry], NoDecode] = Field(default_factory=dict)
-    # Base URLs, beyond the official ones, that model calls may go to, with a key or
-    # without one (a JSON list such as ``["http://vllm.internal:8000/v1"]``). A run's
-    # base_url comes from whoever submits it, so no call goes anywhere else.
-    model_base_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    # Provider rate limits for the whole fleet (worker.rate_limits): a JSON object keyed
-    # API_KEY_REF/MODEL, either part '*' ('-': calls that send no key), e.g.
-    # {"default/gpt-4o-mini": {"requests_per_minute": 60, "tokens_per_minute": 100000},
-    #  "team-b/*": {"requests_per_minute": 500}}; optional request_burst / token_burst (an
-    # idle bucket's allowance at once; default one second's worth). Kept in the broker's
-    # Redis, so every worker of a deployment needs the same value. Unset: no limits, and
-    # no Redis call before a model call.
-    model_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(default_factory=dict)
-    # A round told to wait for its limit sleeps in its thread while its waits add up to at
-    # most this; a longer wait gives the round back, re-sent with a countdown of the wait.
-    model_rate_limit_max_sleep_s: float = Field(default=1.0, ge=0, le=60)
+    openai_api_key: SecretStr | None = Field(
+        default=None,
+        description='The default OpenAI key, used by runs whose model config says `"api_key_ref": "default"` '
+        "(or leaves it out).",
+    )
+    anthropic_api_key: SecretStr | None = Field(
+        default=None,
+        description='The default Anthropic key, used by runs whose model config says `"api_key_ref": "default"` '
+        "(or leaves it out).",
+    )
+    model_keys: Annotated[dict[str, SecretStr | ModelKeyEntry], NoDecode] = Field(
+        default_factory=dict,
+        description='More keys by name, each bound to the owners that may use it, a JSON object such as '
+        '`{"team-b": {"key": "sk-...", "owners": ["team-b"]}}` (`"owners": ["*"]` shares a key on purpose; the '
+        'plain form `{"team-b": "sk-..."}` is usable only by the owner named like the key); a run picks one with '
+        '`"api_key_ref": "team-b"`. Processes that submit runs need the same entries.',
+    )
+    model_base_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Base URLs, beyond the official ones, that model calls may go to, with a key or without one "
+        '(a JSON list such as `["http://vllm.internal:8000/v1"]`). A run\'s base_url comes from whoever submits '
+        "it, so no call goes anywhere else.",
+    )
+    model_rate_limits: Annotated[dict[str, RateLimit], NoDecode] = Field(
+        default_factory=dict,
+        description="Provider rate limits for the whole fleet: a JSON object keyed API_KEY_REF/MODEL, either part "
+        "`*` (`-`: calls that send no key), e.g. "
+        '`{"default/gpt-4o-mini": {"requests_per_minute": 60, "tokens_per_minute": 100000}}`, with optional '
+        "request_burst / token_burst (an idle bucket's allowance at once; default one second's worth). Kept in "
+        "the broker's Redis, so every worker needs the same value; unset: no limits, and no Redis call before a "
+        "model call.",
+    )
+    model_rate_limit_max_sleep_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="A round told to wait for its rate limit sleeps in its thread while its waits add up to at "
+        "most this; a longer wait gives the round back, re-sent with a countdown of the wait.",
+    )
 
-    # MCP servers whose tools this process offers as ``mcp__<server>__<tool>``: a JSON
-    # object {name: {"command": ..., "args": [...], "env": {...}}} (stdio) or
-    # {name: {"url": ..., "headers": {...}}} (streamable HTTP), each optionally with
-    # "effects": {tool: "read_only" | "idempotent" | "at_most_once"} and "timeout_s".
-    # Env values and headers are secrets: never logged or echoed.
-    mcp_servers: Annotated[dict[str, McpServerConfig], NoDecode] = Field(default_factory=dict)
+    mcp_servers: Annotated[dict[str, McpServerConfig], NoDecode] = Field(
+        default_factory=dict,
+        description="MCP servers whose tools this process offers as `mcp__<server>__<tool>`: a JSON object "
+        '`{name: {"command": ..., "args": [...], "env": {...}}}` (stdio) or `{name: {"url": ..., "headers": '
+        '{...}}}` (streamable HTTP), each optionally with `"effects": {tool: "read_only" | "idempotent" | '
+        '"at_most_once"}` and `"timeout_s"`. Env values and headers are secrets: never logged or echoed.',
+    )
 
-    # HTTP API (`aidawork api`). A JSON object {token: owner}, one entry per upstream
-    # service (several tokens may share an owner, for rotation). A token sees only its
-    # owner's runs. Secret: never logged, and refused values are not echoed.
-    api_tokens: SecretStr | None = None
-    # Request bodies above this are refused with 413 before they are parsed.
-    api_max_body_bytes: int = Field(default=2 * 1_048_576, ge=1024, le=256 * 1_048_576)
-    # How often the API process's one poller reads run_events for all its open streams.
-    api_events_poll_s: float = Field(default=0.25, gt=0, le=60)
-    # A comment line on an idle event stream this often, so proxies keep it open and a
-    # closed connection is noticed.
-    api_keepalive_s: float = Field(default=15.0, gt=0, le=3600)
-    # Slow clients: a connection whose request headers have not all arrived this long
-    # after it opened (or after its previous response) is closed, so a client that
-    # dribbles headers cannot hold a connection slot.
-    api_header_timeout_s: float = Field(default=10.0, gt=0, le=600)
-    # A request body must arrive within body_timeout_s plus one second per
-    # body_min_bytes_per_s received; else 408 and the connection is closed. The default
-    # lets a full 2 MiB body take 42 s and refuses a trickle of a few bytes after 10 s.
-    api_body_timeout_s: float = Field(default=10.0, gt=0, le=3600)
-    api_body_min_bytes_per_s: int = Field(default=65_536, ge=1, le=1 << 30)
-    # Connections served at once by one API process; a request on a further connection
-    # gets 503 and that connection is closed.
-    api_max_connections: int = Field(default=1000, ge=1, le=1_000_000)
-    # Open event streams per token; one more gets 429 until one of them ends.
-    api_max_streams_per_token: int = Field(default=8, ge=1, le=100_000)
-    # Serve /docs, /redoc and /openapi.json (turn off for an internet-facing API).
-    api_docs: bool = True
-    # Browser origins allowed to call the API (CORS), comma-separated, e.g.
-    # "https://ops.example.com,http://localhost:5173". Unset: no CORS headers at all (the
-    # inspector at /ui is same-origin and needs none).
-    api_cors_origins: str = ""
-    # Lifetime of a stream token (POST /v1/runs/{id}/stream-token): what a browser's
-    # EventSource, which cannot send a bearer header, shows the event stream instead.
-    api_stream_token_ttl_s: int = Field(default=300, ge=10, le=3600)
+    # --- HTTP API (`aidawork api`) ----------------------------------------------------
+    api_tokens: SecretStr | None = Field(
+        default=None,
+        description="The HTTP API's tokens, a JSON object `{token: owner}`, one entry per upstream service "
+        "(several tokens may share an owner, for rotation); a token sees only its owner's runs. Secret: never "
+        "logged, and refused values are not echoed.",
+    )
+    api_max_body_bytes: int = Field(
+        default=2 * 1_048_576,
+        ge=1024,
+        le=256 * 1_048_576,
+        description="Request bodies above this are refused with 413 before they are parsed.",
+    )
+    api_events_poll_s: float = Field(
+        default=0.25,
+        gt=0,
+        le=60,
+        description="How often the API process's one poller reads run_events for all its open streams.",
+    )
+    api_keepalive_s: float = Field(
+        default=15.0,
+        gt=0,
+        le=3600,
+        description="A comment line on an idle event stream this often, so proxies keep it open and a closed "
+        "connection is noticed.",
+    )
+    api_header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="A connection whose request headers have not all arrived this long after it opened (or after "
+        "its previous response) is closed, so a client that dribbles headers cannot hold a connection slot.",
+    )
+    api_body_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="A request body must arrive within this plus one second per api_body_min_bytes_per_s "
+        "received; else 408 and the connection is closed. The defaults let a full 2 MiB body take 42 s and "
+        "refuse a trickle of a few bytes after 10 s.",
+    )
+    api_body_min_bytes_per_s: int = Field(
+        default=65_536,
+        ge=1,
+        le=1 << 30,
+        description="The body rate that earns a request one more second beyond api_body_timeout_s.",
+    )
+    api_max_connections: int = Field(
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description="Connections served at once by one API process; a request on a further connection gets 503 "
+        "and that connection is closed.",
+    )
+    api_max_streams_per_token: int = Field(
+        default=8,
+        ge=1,
+        le=100_000,
+        description="Open event streams per token; one more gets 429 until one of them ends.",
+    )
+    api_docs: bool = Field(
+        default=True,
+        description="Serve /docs, /redoc and /openapi.json (turn off for an internet-facing API).",
+    )
+    api_cors_origins: str = Field(
+        default="",
+        description="Browser origins allowed to call the API (CORS), comma-separated, e.g. "
+        '"https://ops.example.com,http://localhost:5173". Unset: no CORS headers at all (the inspector at /ui is '
+        "same-origin and needs none).",
+    )
+    api_stream_token_ttl_s: int = Field(
+        default=300,
+        ge=10,
+        le=3600,
+        description="Lifetime of a stream token (POST /v1/runs/{id}/stream-token): what a browser's EventSource, "
+        "which cannot send a bearer header, shows the event stream instead.",
+    )
 
     # --- webhooks (worker.webhooks; the `aidawork webhooks` process delivers them) -------
-    # URL prefixes a run's "webhook": {"url": ...} may start with, comma-separated, http://
-    # or https:// only (a prefix without a path matches that host only). Empty: a run with
-    # a webhook is refused. Every process that submits runs needs the same list.
-    webhook_urls: str = ""
-    # Signs every delivery (AIDAWORK-Signature); required when webhook_urls is set, and by
-    # `aidawork webhooks`. Shared with the receivers; never logged.
-    webhook_secret: SecretStr | None = Field(default=None, min_length=16)
-    # A delivery not answered with a 2xx is retried for this long after its event, then
-    # marked failed.
-    webhook_retry_for_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
-    # Each attempt's timeout (connect, and each read or write); redirects are not followed.
-    webhook_timeout_s: float = Field(default=10.0, gt=0, le=300)
-    # Backoff between attempts: base, 2 x base, 4 x base, ... up to the max, with jitter.
-    webhook_backoff_s: float = Field(default=1.0, gt=0, le=3600)
-    webhook_backoff_max_s: float = Field(default=3600.0, gt=0, le=86_400)
-    # Deliveries in flight at once per `aidawork webhooks` process: a slow receiver holds
-    # one of them, not the others.
-    webhook_concurrency: int = Field(default=8, ge=1, le=256)
-    # The deliverer wakes on NOTIFY at once; it also polls this often (behind PgBouncer,
-    # or when its LISTEN connection was lost, the poll is what finds new deliveries).
-    webhook_poll_s: float = Field(default=1.0, gt=0, le=60)
-    # Idempotent submit: a run request's idempotency_key (or the Idempotency-Key header)
-    # returns the run first stored with it for at least this long; an older key is
-    # cleared from its run by the next submit with it, which then stores a new run.
-    idempotency_ttl_s: int = Field(default=86_400, ge=1, le=365 * 86_400)
+    webhook_urls: str = Field(
+        default="",
+        description='URL prefixes a run\'s `"webhook": {"url": ...}` may start with, comma-separated, http:// or '
+        "https:// only (a prefix without a path matches that host only); empty: a run with a webhook is refused. "
+        "Every process that submits runs needs the same list.",
+    )
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="Signs every delivery (AIDAWORK-Signature); required when webhook_urls is set, and by "
+        "`aidawork webhooks`. Shared with the receivers; never logged.",
+    )
+    webhook_retry_for_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        le=30 * 86_400,
+        description="A delivery not answered with a 2xx is retried for this long after its event, then marked "
+        "failed.",
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Each delivery attempt's timeout (connect, and each read or write); redirects are not "
+        "followed.",
+    )
+    webhook_backoff_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="Backoff between delivery attempts: base, 2 x base, 4 x base, ... up to "
+        "webhook_backoff_max_s, with jitter.",
+    )
+    webhook_backoff_max_s: float = Field(
+        default=3600.0,
+        gt=0,
+        le=86_400,
+        description="The longest backoff between delivery attempts.",
+    )
+    webhook_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=256,
+        description="Deliveries in flight at once per `aidawork webhooks` process: a slow receiver holds one of "
+        "them, not the others.",
+    )
+    webhook_poll_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="The deliverer wakes on NOTIFY at once and also polls this often (behind PgBouncer, or when "
+        "its LISTEN connection was lost, the poll is what finds new deliveries).",
+    )
+    idempotency_ttl_s: int = Field(
+        default=86_400,
+        ge=1,
+        le=365 * 86_400,
+        description="A run request's idempotency_key (or Idempotency-Key header) returns the run first stored "
+        "with it for at least this long; an older key is cleared from its run by the next submit with it, which "
+        "then stores a new run.",
+    )
 
     # --- retention (worker.retention: beat prunes on its own; `aidawork prune` on demand) -
-    # A Root whose runs have all ended (none queued, running or suspended) more than this
-    # many days ago is deleted with every row it owns: runs, messages, rounds, tool calls,
-    # events, local reads, the model-call ledger, webhook deliveries, rebuilds (the rule:
-    # schema.store.retention). Unset: everything is kept forever. Fractions are allowed
-    # (0.0001 days is under 9 s, for tests). Keep it longer than AIDAWORK_WEBHOOK_RETRY_FOR_S
-    # and the idempotency TTL: a pruned run no longer answers a retried submit.
-    retention_days: float | None = Field(default=None, gt=0, le=36_500)
-    # How often beat runs a retention pass (measured start to start); a pass deletes
-    # batches until one comes back short.
-    retention_interval_s: float = Field(default=60.0, gt=0, le=86_400)
-    # Expired runs one batch scans (one transaction each); their Roots go whole, so a
-    # batch deletes at most this many Roots and about this many runs.
-    retention_batch_runs: int = Field(default=500, ge=1, le=10_000)
+    retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        le=36_500,
+        description="A Root whose runs have all ended more than this many days ago is deleted with every row it "
+        "owns (rule: schema.store.retention); unset: everything is kept forever. Fractions are allowed; keep it "
+        "longer than AIDAWORK_WEBHOOK_RETRY_FOR_S and the idempotency TTL, as a pruned run no longer answers a "
+        "retried submit.",
+    )
+    retention_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        description="How often beat runs a retention pass (start to start); a pass deletes batches until one "
+        "comes back short.",
+    )
+    retention_batch_runs: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description="Expired runs one retention batch scans (one transaction each); their Roots go whole, so a "
+        "batch deletes at most this many Roots and about this many runs.",
+    )
 
     @field_validator("webhook_secret", mode="before")
     @classmethod

@@ -26,6 +26,7 @@ from pydantic import SecretStr
 
 from runtime.config import DEFAULT_KEY_REF
 from runtime.errors import ModelError, RequestInvalid
+from schema.wire.errors import ErrorCode
 
 # Where each provider's calls may always go.
 OFFICIAL_BASE_URLS: Mapping[str, tuple[str, ...]] = {
@@ -46,7 +47,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 class ModelKeyMissing(ModelError):
     """The run asks for a key (``api_key_ref``) that this worker does not have."""
 
-    code = "MODEL_API_KEY_MISSING"
+    code = ErrorCode.MODEL_API_KEY_MISSING
 
 
 def clean_key(value: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from runtime.errors import ModelError, ModelInputRejection
 from runtime.models.replies import HttpReply
+from schema.wire.errors import ErrorCode
 
 MAX_PROVIDER_MESSAGE_CHARS = 200
 
@@ -22,7 +23,7 @@ class ModelRequestRefused(ModelError):
     context overflow, or a redirect): a bad model name, a bad key, a malformed request.
     Retrying the same request cannot help."""
 
-    code = "MODEL_REQUEST_REFUSED"
+    code = ErrorCode.MODEL_REQUEST_REFUSED
 
     def __init__(self, message: str, *, provider: str, status: int) -> None:
         super().__init__(message)
@@ -34,7 +35,7 @@ class ModelResponseInvalid(ModelError):
     """The provider answered 2xx with something that is not a usable response (not
     JSON, no choice, tool call arguments that are not a JSON object)."""
 
-    code = "MODEL_RESPONSE_INVALID"
+    code = ErrorCode.MODEL_RESPONSE_INVALID
 
 
 def error_fields(reply: HttpReply) -> tuple[str, str, str]:

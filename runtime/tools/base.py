@@ -31,6 +31,7 @@ from runtime.tools.calls import (
     ToolContext,
     ToolOutcome,
 )
+from schema.wire.errors import ErrorCode
 from schema.wire.retry import RetryPolicy, backoff_s
 from schema.wire.vocab import ToolDomain
 
@@ -59,9 +60,9 @@ class ToolRetry:
 
 
 NO_RETRY = ToolRetry()
-TOOL_ARGS_INVALID = "TOOL_ARGS_INVALID"
-TOOL_ERROR = "TOOL_ERROR"
-TOOL_TIMEOUT = "TOOL_TIMEOUT"
+TOOL_ARGS_INVALID = ErrorCode.TOOL_ARGS_INVALID
+TOOL_ERROR = ErrorCode.TOOL_ERROR
+TOOL_TIMEOUT = ErrorCode.TOOL_TIMEOUT
 MAX_ERROR_MESSAGE = 2000
 # Handlers with a timeout run here, so the round can stop waiting for one (a thread cannot
 # be stopped: it finishes in the background and its result is dropped).
@@ -209,7 +210,7 @@ class ToolsetUnavailable(AidaworkError):
     """A tool comes from a source (an MCP server) that could not be reached, so it is not
     known yet. Not the run's fault: its round is tried again later."""
 
-    code = "TOOLSET_UNAVAILABLE"
+    code = ErrorCode.TOOLSET_UNAVAILABLE
     retryable = True
 
 

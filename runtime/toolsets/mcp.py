@@ -18,6 +18,7 @@ from runtime.canonical import JSON
 from runtime.errors import ToolFailed
 from runtime.tools.base import MAX_ERROR_MESSAGE, Handler, Tool, ToolEffect, check_parameters_schema
 from runtime.toolsets.mcp_config import McpServerConfig
+from schema.wire.errors import ErrorCode
 from schema.wire.vocab import ToolDomain
 
 if TYPE_CHECKING:
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
 # not fit is left out (with a warning) rather than renamed, so a name always means one tool.
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 TOOL_PREFIX = "mcp__"
-MCP_SERVER_UNAVAILABLE = "MCP_SERVER_UNAVAILABLE"
-MCP_TOOL_ERROR = "MCP_TOOL_ERROR"
+MCP_SERVER_UNAVAILABLE = ErrorCode.MCP_SERVER_UNAVAILABLE
+MCP_TOOL_ERROR = ErrorCode.MCP_TOOL_ERROR
 
 
 class McpServerUnavailable(ToolFailed):

@@ -34,9 +34,10 @@ from sqlalchemy import Connection, text
 
 from schema.store.errors import RootBusy
 from schema.wire import RootPolicy
+from schema.wire.errors import ErrorCode
 
-INTERRUPTED = "INTERRUPTED"
-ROLLED_BACK = "ROLLED_BACK"
+INTERRUPTED = ErrorCode.INTERRUPTED
+ROLLED_BACK = ErrorCode.ROLLED_BACK
 
 _ACTIVE_SQL = text(
     "SELECT id, started_at IS NOT NULL AS started, root_policy, "

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from schema.wire.errors import AidaworkError
+from schema.wire.errors import AidaworkError, ErrorCode
 
 
 class FenceLost(AidaworkError):
     """A fenced write matched no row: another claim has superseded ``fence`` (or the run
     moved past the boundary). Nothing was written; retrying the same write cannot help."""
 
-    code = "FENCE_LOST"
+    code = ErrorCode.FENCE_LOST
 
     def __init__(self, run_id: UUID, fence: int) -> None:
         super().__init__(f"run {run_id}: claim fence {fence} is no longer held")
@@ -23,7 +23,7 @@ class ToolCallIdReused(AidaworkError):
     """The round's commit would store a tool call id the run already has (the provider
     reused an id from before a context rebuild). Nothing was written."""
 
-    code = "MODEL_TOOL_CALL_ID_REUSED"
+    code = ErrorCode.MODEL_TOOL_CALL_ID_REUSED
 
     def __init__(self, run_id: UUID) -> None:
         super().__init__(f"run {run_id}: the model reused a tool call id of an earlier round of the run")
@@ -31,7 +31,7 @@ class ToolCallIdReused(AidaworkError):
 
 
 class RunNotFound(AidaworkError):
-    code = "RUN_NOT_FOUND"
+    code = ErrorCode.RUN_NOT_FOUND
 
     def __init__(self, run_id: UUID | str) -> None:
         super().__init__(f"no run {run_id}")
@@ -41,7 +41,7 @@ class RunNotFound(AidaworkError):
 class RootNotFound(AidaworkError):
     """A run request named a ``root_id`` that does not exist for its owner."""
 
-    code = "ROOT_NOT_FOUND"
+    code = ErrorCode.ROOT_NOT_FOUND
 
     def __init__(self, root_id: UUID, owner: str) -> None:
         super().__init__(f"root_id: no Root {root_id} for owner {owner!r}")
@@ -53,7 +53,7 @@ class IdempotencyKeyReused(AidaworkError):
     """A submit named an idempotency key its owner already used, within the key's time to
     live, for a different request. Nothing was stored."""
 
-    code = "IDEMPOTENCY_KEY_REUSED"
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
 
     def __init__(self, owner: str, run_id: UUID) -> None:
         super().__init__(
@@ -67,7 +67,7 @@ class RootBusy(AidaworkError):
     """A submit with ``root_policy: reject`` found an active run in its Root. Nothing was
     stored."""
 
-    code = "ROOT_BUSY"
+    code = ErrorCode.ROOT_BUSY
 
     def __init__(self, root_id: UUID, run_id: UUID) -> None:
         super().__init__(f"root_id: Root {root_id} has an active run {run_id} (root_policy: reject)")

@@ -21,6 +21,7 @@ from schema.store.suspensions import waiting_for
 from schema.store.tx import run_transaction
 from schema.store.webhooks import deliveries_of
 from schema.wire import RootPolicy, RunRequest, RunStatus, RunView
+from schema.wire.errors import ErrorCode
 from schema.wire.route import Route
 
 
@@ -327,7 +328,7 @@ def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, tuple[UUID, ...]]:
         run_id,
         fence=None,
         status=RunStatus.CANCELLED,
-        error_code="CANCELLED",
+        error_code=ErrorCode.CANCELLED,
         message="cancelled by request",
         event_kind="run_cancelled",
     )

@@ -23,7 +23,7 @@ from schema.store.errors import RunNotFound
 from schema.store.limits import at_capacity_sql
 from schema.store.tx import run_transaction
 from schema.wire import TERMINAL_STATUSES, OriginalToolRoundResume, RunStatus, WaitingFor
-from schema.wire.errors import AidaworkError
+from schema.wire.errors import AidaworkError, ErrorCode
 from schema.wire.vocab import ANSWERED_WAITS, ToolAnswerKind, ToolStatus
 
 
@@ -31,7 +31,7 @@ class DeliveryRefused(AidaworkError):
     """The run is not waiting for this input, or the input is not what was asked for.
     Nothing was stored."""
 
-    code = "DELIVERY_REFUSED"
+    code = ErrorCode.DELIVERY_REFUSED
 
     def __init__(self, run_id: UUID, message: str, field: str) -> None:
         super().__init__(f"run {run_id}: {message}")

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schema.wire.errors import AidaworkError
+from schema.wire.errors import AidaworkError, ErrorCode
 
 # The owner name rules of a run request (schema.wire), repeated here: this module is
 # imported by schema.wire's package, so it cannot import it back.
@@ -34,7 +34,7 @@ class OwnerLimitsInvalid(AidaworkError):
     ``weight``, ``token_budget``, ``budget_window``, ``on_budget``, ``owner``). Nothing
     was stored."""
 
-    code = "OWNER_LIMITS_INVALID"
+    code = ErrorCode.OWNER_LIMITS_INVALID
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")

@@ -5,12 +5,11 @@ wait from the page and watch the run finish live (no reload); a stored message a
 in the database shows as a digest mismatch. The bearer token never reaches a URL or the
 API's log, and neither does the stream token.
 
-The README's picture (docs/inspector.png) is this test's screenshot: written to the repo
-only with AIDAWORK_UPDATE_SCREENSHOTS=1, else to the test's tmp directory."""
+The docs' pictures are taken by `make docs-screenshots` (docs/screenshots.py), not here:
+this test's screenshot goes to its tmp directory."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from sqlalchemy import text
 from tests.support.api import TOKEN_A, ApiServer
 from tests.support.cluster import Cluster, wait_ready
 from tests.support.db import wait_suspended, wait_terminal
-from tests.support.env import REPO
 from tests.support.requests import PICK_COLOR, scripted_request
 from worker import client
 
@@ -50,8 +48,7 @@ def browser() -> Iterator[Any]:
 
 
 def screenshot_path(tmp_path: Path) -> Path:
-    return REPO / "docs" / "inspector.png" if os.environ.get("AIDAWORK_UPDATE_SCREENSHOTS") == "1" else (
-        tmp_path / "inspector.png")
+    return tmp_path / "inspector.png"
 
 
 def test_the_inspector_shows_a_run_answers_its_wait_and_follows_it_live(

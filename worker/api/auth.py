@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from schema.wire.errors import ErrorCode
 from worker.api.errors import ApiError
 
 
@@ -40,8 +41,8 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 def authenticate(tokens: TokenTable, credentials: HTTPAuthorizationCredentials | None) -> str:
     """The owner of the request's bearer token, or a 401 ``ApiError``."""
     if credentials is None:
-        raise ApiError(401, "UNAUTHENTICATED", "send Authorization: Bearer <token>", "Authorization")
+        raise ApiError(401, ErrorCode.UNAUTHENTICATED, "send Authorization: Bearer <token>", "Authorization")
     owner = tokens.owner_of(credentials.credentials)
     if owner is None:
-        raise ApiError(401, "UNAUTHENTICATED", "the bearer token is not valid", "Authorization")
+        raise ApiError(401, ErrorCode.UNAUTHENTICATED, "the bearer token is not valid", "Authorization")
     return owner

@@ -1,6 +1,8 @@
 """Every answer of the HTTP API that is not a success, decided here: the JSON error body
 ``{"error": {"code", "message", "field"}}``, the status of each expected error, and the
-last word on an unexpected one (a JSON 500 and one ``request_crashed`` log line).
+last word on an unexpected one (a JSON 500 and one ``request_crashed`` log line). Every
+``code`` sent is a member of ``schema.wire.errors.ErrorCode``, so the OpenAPI document
+lists them all.
 
 No error text quotes what the client sent: a field path is ASCII-safe
 (``runtime.canonical.join_path``), and a crash is logged by the exception's type and the
@@ -29,22 +31,23 @@ from runtime.errors import AidaworkError, RequestInvalid
 from runtime.prepare import format_loc
 from schema.store.errors import IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused
+from schema.wire.errors import ErrorCode
 from worker.api.limits import BodyRefused
 
 log = structlog.get_logger("aidawork.api")
-INTERNAL_ERROR = "INTERNAL_ERROR"
+INTERNAL_ERROR = ErrorCode.INTERNAL_ERROR
 
 
 class ApiError(Exception):
     """A refusal with its HTTP status; rendered as ``{"error": {...}}``."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(self, status: int, code: ErrorCode, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
 
 
 class ErrorDetail(BaseModel):
-    code: str
+    code: ErrorCode
     message: str
     field: str | None = None
 
@@ -59,7 +62,15 @@ def _encodable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def error_response(status: int, code: str, message: str, field: str | None = None, **headers: str) -> JSONResponse:
+def catalogued(code: str) -> ErrorCode:
+    """An error's code as the catalogue's member; a code outside it (a plugin's own)
+    is not one a client can look up, so it is sent as ``INTERNAL_ERROR``."""
+    return ErrorCode.lookup(code) or INTERNAL_ERROR
+
+
+def error_response(
+    status: int, code: ErrorCode, message: str, field: str | None = None, **headers: str
+) -> JSONResponse:
     detail = ErrorDetail(code=code, message=_encodable(message), field=None if field is None else _encodable(field))
     return JSONResponse(ErrorBody(error=detail).model_dump(), status_code=status, headers=headers or None)
 
@@ -71,11 +82,12 @@ def validation_refusal(errors: list[Any]) -> ApiError:
     where, *loc = list(err["loc"]) or ["body"]
     if err["type"] == "json_invalid":
         detail = err.get("ctx", {}).get("error", "JSON decode error")
-        return ApiError(400, "BODY_INVALID", f"the body is not valid JSON: {detail} (at character {loc[0]})", "body")
+        message = f"the body is not valid JSON: {detail} (at character {loc[0]})"
+        return ApiError(400, ErrorCode.BODY_INVALID, message, "body")
     field = format_loc(loc) if loc else str(where)
     if where == "body" and not loc:
-        return ApiError(422, "REQUEST_INVALID", f"body: {err['msg']} (send a JSON object)", "body")
-    return ApiError(422, "REQUEST_INVALID", f"{field}: {err['msg']}", field)
+        return ApiError(422, ErrorCode.REQUEST_INVALID, f"body: {err['msg']} (send a JSON object)", "body")
+    return ApiError(422, ErrorCode.REQUEST_INVALID, f"{field}: {err['msg']}", field)
 
 
 # The status of each expected error raised by the store or the client.
@@ -90,12 +102,13 @@ STATUS_OF: Mapping[type[AidaworkError], tuple[int, str | None]] = {
 
 
 def refusal_of(exc: AidaworkError) -> ApiError:
-    for cls, (status, field) in STATUS_OF.items():
+    for cls, (status, named) in STATUS_OF.items():
         if isinstance(exc, cls):
-            return ApiError(status, exc.code, exc.message, exc.field if isinstance(exc, RequestInvalid) else field)
+            field = exc.field if isinstance(exc, RequestInvalid) else named
+            return ApiError(status, catalogued(exc.code), exc.message, field)
     # Not a refusal of the request: a dependency is unavailable (retryable) or a bug.
     log.error("request_failed", code=exc.code, error=exc.message)
-    return ApiError(503 if exc.retryable else 500, exc.code, exc.message)
+    return ApiError(503 if exc.retryable else 500, catalogued(exc.code), exc.message)
 
 
 def body_parse_refusal(exc: HTTPException) -> ApiError | None:
@@ -105,12 +118,19 @@ def body_parse_refusal(exc: HTTPException) -> ApiError | None:
     if exc.status_code != 400 or cause is None:
         return None
     if isinstance(cause, RecursionError):  # json.loads recurses per level: far past the limit
-        return ApiError(422, RequestInvalid.code, f"body: {TOO_DEEP}", "body")
+        return ApiError(422, ErrorCode.REQUEST_INVALID, f"body: {TOO_DEEP}", "body")
     if isinstance(cause, UnicodeDecodeError):
-        return ApiError(400, "BODY_INVALID", "the body is not UTF-8 JSON", "body")
+        return ApiError(400, ErrorCode.BODY_INVALID, "the body is not UTF-8 JSON", "body")
     if isinstance(cause, ValueError) and "digits" in str(cause):  # CPython's 4300-digit int limit
-        return ApiError(422, RequestInvalid.code, f"body: {TOO_MANY_DIGITS}", "body")
+        return ApiError(422, ErrorCode.REQUEST_INVALID, f"body: {TOO_MANY_DIGITS}", "body")
     return None
+
+
+# What FastAPI and Starlette refuse with, by status: an unknown path or method, and a body
+# its parser failed on for a reason ``body_parse_refusal`` does not name. They raise no
+# other status for this app's routes; should one appear, it is sent as REQUEST_INVALID (or
+# INTERNAL_ERROR), so every code the API sends is in the catalogue (and the document).
+_FRAMEWORK_CODES = {400: ErrorCode.HTTP_400, 404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}
 
 
 # --- handlers -----------------------------------------------------------------------------
@@ -139,7 +159,9 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     parse_refusal = body_parse_refusal(exc)
     if parse_refusal is not None:
         return await _on_api_error(request, parse_refusal)
-    code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, f"HTTP_{exc.status_code}")
+    code = _FRAMEWORK_CODES.get(exc.status_code) or (
+        ErrorCode.REQUEST_INVALID if exc.status_code < 500 else INTERNAL_ERROR
+    )
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         headers["Allow"] = _allowed_methods(request)
@@ -165,7 +187,7 @@ def _allowed_methods(request: Request) -> str:
 async def _on_database_down(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, OperationalError)
     log.error("database_unavailable", error=str(exc.orig))
-    return error_response(503, "DATABASE_UNAVAILABLE", "the database cannot be reached; retry later")
+    return error_response(503, ErrorCode.DATABASE_UNAVAILABLE, "the database cannot be reached; retry later")
 
 
 _PROJECT = Path(__file__).resolve().parents[2]  # the repository: worker/api/errors.py

@@ -16,6 +16,8 @@ import anyio
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from schema.wire.errors import ErrorCode
+
 # (status, code, message, field, **headers) -> the JSON error response
 Refuse = Callable[..., ASGIApp]
 
@@ -24,18 +26,18 @@ class BodyRefused(HTTPException):
     """A body refused before it was parsed; it passes through FastAPI's body reading
     unchanged (an ``HTTPException``), to the API's handler."""
 
-    code = "BODY_REFUSED"
+    code = ErrorCode.BODY_REFUSED
 
 
 class BodyTooLarge(BodyRefused):
-    code = "BODY_TOO_LARGE"
+    code = ErrorCode.BODY_TOO_LARGE
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"the body is larger than {limit} bytes (AIDAWORK_API_MAX_BODY_BYTES)")
 
 
 class BodyTooSlow(BodyRefused):
-    code = "BODY_TIMEOUT"
+    code = ErrorCode.BODY_TIMEOUT
 
     def __init__(self) -> None:
         super().__init__(

@@ -21,11 +21,12 @@ from schema.store.errors import RootNotFound
 from schema.store.owners import TailKey
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS, RunView
+from schema.wire.errors import ErrorCode
 from schema.wire.owners import OwnerLimits
 from worker import client
 from worker.api.auth import Credentials, authenticate, token_digest
 from worker.api.deps import ApiState, Owner, State
-from worker.api.errors import ApiError, ErrorBody
+from worker.api.errors import ApiError, ErrorBody, catalogued
 from worker.api.models import (
     Cancelled,
     Delivery,
@@ -77,11 +78,13 @@ def submit_run(
     if body.owner is not None and body.owner != owner:
         # 403, not 422: the field is well formed, the token may not act for that owner.
         raise ApiError(
-            403, "OWNER_MISMATCH", f"owner: this token submits for {owner!r}; omit owner or send it", "owner"
+            403, ErrorCode.OWNER_MISMATCH, f"owner: this token submits for {owner!r}; omit owner or send it", "owner"
         )
     if idempotency_key is not None and body.idempotency_key not in (None, idempotency_key):
         raise ApiError(
-            422, "REQUEST_INVALID", "idempotency_key: differs from the Idempotency-Key header; send one, or both equal",
+            422,
+            ErrorCode.REQUEST_INVALID,
+            "idempotency_key: differs from the Idempotency-Key header; send one, or both equal",
             "idempotency_key",
         )
     # The fields as sent, not model_dump() (a config nested too deep fails to dump), and
@@ -95,7 +98,7 @@ def submit_run(
     try:
         submitted = client.submit(request, ctx=state.context())
     except RootNotFound as exc:  # a field of this request, not the resource addressed
-        raise ApiError(422, exc.code, exc.message, "root_id") from None
+        raise ApiError(422, catalogued(exc.code), exc.message, "root_id") from None
     response.headers["Location"] = f"/v1/runs/{submitted.run_id}"
     if submitted.existing:
         response.status_code = 200
@@ -117,7 +120,7 @@ def cancel_run(run_id: UUID, owner: Owner, state: State) -> Cancelled:
     ctx = state.context()
     owner_store.check_run_owner(ctx.engine, run_id, owner)
     if not client.cancel(run_id, ctx=ctx):
-        raise ApiError(409, "RUN_ENDED", f"run {run_id} has already ended", "run_id")
+        raise ApiError(409, ErrorCode.RUN_ENDED, f"run {run_id} has already ended", "run_id")
     return Cancelled(run_id=run_id, cancelled=True)
 
 
@@ -134,7 +137,7 @@ def deliver(run_id: UUID, body: Delivery, owner: Owner, state: State) -> Deliver
     try:
         receipt = client.deliver(run_id, body.tool_call_id, body.files, ctx=ctx)
     except DeliveryRefused as exc:
-        raise ApiError(409, exc.code, exc.message, exc.field) from None
+        raise ApiError(409, catalogued(exc.code), exc.message, exc.field) from None
     return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
 
 
@@ -151,7 +154,7 @@ def resolve(run_id: UUID, body: Prerequisite, owner: Owner, state: State) -> Del
     try:
         receipt = client.resolve(run_id, body.key, body.value, ctx=ctx)
     except DeliveryRefused as exc:
-        raise ApiError(409, exc.code, exc.message, exc.field) from None
+        raise ApiError(409, catalogued(exc.code), exc.message, exc.field) from None
     return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
 
 
@@ -159,7 +162,7 @@ def _answered(answer: Callable[[], Receipt]) -> DeliveryReceipt:
     try:
         receipt = answer()
     except DeliveryRefused as exc:
-        raise ApiError(409, exc.code, exc.message, exc.field) from None
+        raise ApiError(409, catalogued(exc.code), exc.message, exc.field) from None
     return DeliveryReceipt(stored=receipt.stored, resuming=bool(receipt.resumes))
 
 
@@ -186,13 +189,13 @@ def tool_result(run_id: UUID, body: ToolResult, owner: Owner, state: State) -> D
 def approval(run_id: UUID, body: ToolApproval, owner: Owner, state: State) -> DeliveryReceipt:
     if body.decision == "approve":
         if body.reason is not None:
-            raise ApiError(422, "REQUEST_INVALID", "reason: only a rejection takes a reason", "reason")
+            raise ApiError(422, ErrorCode.REQUEST_INVALID, "reason: only a rejection takes a reason", "reason")
         client.check_approval(body.tool_call_id, body.args)
     else:
         if body.args is not None:
-            raise ApiError(422, "REQUEST_INVALID", "args: only an approval takes args", "args")
+            raise ApiError(422, ErrorCode.REQUEST_INVALID, "args: only an approval takes args", "args")
         if body.reason is None:
-            raise ApiError(422, "REQUEST_INVALID", "reason: a rejection must say why", "reason")
+            raise ApiError(422, ErrorCode.REQUEST_INVALID, "reason: a rejection must say why", "reason")
         client.check_rejection(body.tool_call_id, body.reason)
     ctx = state.context()
     owner_store.check_run_owner(ctx.engine, run_id, owner)
@@ -277,7 +280,7 @@ async def run_events(
         limit = state.slots.limit
         raise ApiError(
             429,
-            "TOO_MANY_STREAMS",
+            ErrorCode.TOO_MANY_STREAMS,
             f"this token has {limit} event streams open, the most allowed (AIDAWORK_API_MAX_STREAMS_PER_TOKEN); "
             "close one first",
         )

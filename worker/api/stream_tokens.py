@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
 
+from schema.wire.errors import ErrorCode
 from worker.api.errors import ApiError
 
 _PURPOSE = b"aidawork stream token v1"
@@ -71,4 +72,4 @@ class StreamTokens:
 
 
 def _refused(message: str) -> ApiError:
-    return ApiError(401, "UNAUTHENTICATED", message, "stream_token")
+    return ApiError(401, ErrorCode.UNAUTHENTICATED, message, "stream_token")

@@ -28,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from schema.store.owners import EventTail, TailKey
 from schema.wire import TERMINAL_EVENTS, RunEvent
+from schema.wire.errors import ErrorCode
 from worker.api.deltas import DeltaListener
 from worker.api.errors import ApiError
 from worker.deltas import DeltaOrder, RunDelta, ends_stream_of
@@ -50,7 +51,7 @@ def parse_last_event_id(raw: str | None) -> int:
     found = None if raw is None else _LAST_EVENT_ID.fullmatch(raw)
     if raw is not None and found is None:
         raise ApiError(
-            400, "REQUEST_INVALID", f"Last-Event-ID must be an event seq (got {raw[:40]!r})", "Last-Event-ID"
+            400, ErrorCode.REQUEST_INVALID, f"Last-Event-ID must be an event seq (got {raw[:40]!r})", "Last-Event-ID"
         )
     return int(found.group(1)) if found and found.group(1) else 0
 

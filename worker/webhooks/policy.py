@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import unquote, urlsplit
 
 from runtime.errors import RequestInvalid
+from schema.wire.errors import ErrorCode
 from schema.wire.retry import RetryPolicy, backoff_s
 
 SCHEMES = ("http", "https")
@@ -19,7 +20,7 @@ class WebhookRefused(RequestInvalid):
     (none: webhooks are off). Nothing is stored. The message never repeats the URL (it
     may hold a token)."""
 
-    code = "WEBHOOK_REFUSED"
+    code = ErrorCode.WEBHOOK_REFUSED
 
 
 def _url_problem(url: str) -> str | None:

@@ -112,19 +112,34 @@ class OriginalToolRoundResume(_Wire):
 
 
 class EventKind(StrEnum):
+    """What a run event says happened. The comment above each kind is its meaning on the
+    generated Events reference page."""
+
+    # The run was stored and its first round sent (data: its Root and place in it).
     RUN_QUEUED = "run_queued"
+    # A round's model call was accepted: its answer text and the tool calls it asked for.
     MODEL_RESPONDED = "model_responded"
+    # A tool call ended, succeeded or failed, with its result (an approval, if it had one).
     TOOL_COMPLETED = "tool_completed"
+    # A tool call waits for something outside the run: a file, a value, a client, a person.
     TOOL_SUSPENDED = "tool_suspended"
+    # The run holds no worker until its waits are answered (or its owner's budget can take it).
     RUN_SUSPENDED = "run_suspended"
+    # An answer to a wait arrived: a file, a prerequisite, a client tool's result, a decision.
     INPUT_DELIVERED = "input_delivered"
+    # The suspended round went on: its original tool calls ran again, without a model call.
     ROUND_RESUMED = "round_resumed"
     # A suspended round whose inputs were all there already (no delivery needed) is ready.
     RESUME_READY = "resume_ready"
+    # The model repeated the same tool call too often: the run fails (REPEATED_IDENTICAL_TOOL_CALL).
     BREAKER_TRIPPED = "breaker_tripped"
+    # The context did not fit the model's window and was rebuilt in a transaction.
     CONTEXT_REBUILT = "context_rebuilt"
+    # The run ended with the model's final answer (data: the output).
     RUN_COMPLETED = "run_completed"
+    # The run ended with an error code and message.
     RUN_FAILED = "run_failed"
+    # The run was cancelled, interrupted or rolled back.
     RUN_CANCELLED = "run_cancelled"
 
 

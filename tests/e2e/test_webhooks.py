@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -21,6 +20,7 @@ from tests.support.cluster import Cluster, cli, wait_ready
 from tests.support.db import wait_suspended, wait_terminal
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
+from tests.support.webhook_receiver import LoopbackReceiver, Received, loopback_receiver
 from worker import client
 
 SECRET = "whsec-e2e-0123456789abcdef"
@@ -36,71 +36,46 @@ DELIVERER_ENV = {
 READ = [{"tool_calls": [{"name": "read_files", "args": {"paths": ["a.md"]}}]}, {"content": "read it"}]
 
 
-@dataclass
-class Receiver:
-    """A loopback HTTP server: records every POST; ``/flaky`` answers each delivery (by its
-    ``AIDAWORK-Delivery`` id) 500 twice, then 200;
-    ``/hang`` holds each request until ``release`` is set (past the deliverer's timeout)."""
-
-    server: ThreadingHTTPServer
-    got: list[dict[str, Any]] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-    failures: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def bodies(self, path: str) -> list[dict[str, Any]]:
-        return [json.loads(g["body"]) for g in self.got if g["path"].startswith(path)]
+@pytest.fixture
+def release() -> threading.Event:
+    """Set to let go of the requests ``/hang`` holds."""
+    return threading.Event()
 
 
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    holder: list[Receiver] = []
+def receiver(release: threading.Event) -> Iterator[LoopbackReceiver]:
+    """``/flaky`` answers each delivery (by its ``AIDAWORK-Delivery`` id) 500 twice, then
+    200; ``/hang`` holds each request until ``release`` is set (past the deliverer's
+    timeout); anything else answers 200."""
+    failures: dict[str, int] = {}
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
+    def answer(got: Received) -> int:
+        delivery = got.headers["AIDAWORK-Delivery"]
+        if got.path.startswith("/flaky") and failures.get(delivery, 0) < 2:
+            failures[delivery] = failures.get(delivery, 0) + 1
+            return 500
+        if got.path.startswith("/hang"):
+            release.wait(WAIT_S)
+        return 200
 
-        def do_POST(self) -> None:
-            rec = holder[0]
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            rec.got.append({"path": self.path, "body": body, "headers": dict(self.headers)})
-            code = 200
-            delivery = self.headers["AIDAWORK-Delivery"]
-            if self.path.startswith("/flaky") and rec.failures.get(delivery, 0) < 2:
-                rec.failures[delivery], code = rec.failures.get(delivery, 0) + 1, 500
-            elif self.path.startswith("/hang"):
-                rec.release.wait(WAIT_S)
-            self.send_response(code)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    holder.append(Receiver(server))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield holder[0]
-    holder[0].release.set()
-    server.shutdown()
-    server.server_close()
+    with loopback_receiver(answer) as receiver:
+        yield receiver
+        release.set()
 
 
-def hooked_ctx(ctx: Any, receiver: Receiver) -> Any:
+def hooked_ctx(ctx: Any, receiver: LoopbackReceiver) -> Any:
     """The test's client context, allowing webhooks to the receiver (as the env would)."""
     settings = ctx.settings.model_copy(update={"webhook_urls": receiver.url + "/", "webhook_secret": SecretStr(SECRET)})
     return replace(ctx, settings=settings)
 
 
-def submit(ctx: Any, receiver: Receiver, path: str) -> UUID:
+def submit(ctx: Any, receiver: LoopbackReceiver, path: str) -> UUID:
     request = scripted_request(READ, tools=["read_files"], webhook_url=f"{receiver.url}{path}?token=t0ken")
     return client.submit(request, ctx=ctx).run_id
 
 
 def test_each_event_arrives_once_signed_and_failures_are_retried(cluster: Cluster, ctx: Any,
-                                                                   receiver: Receiver) -> None:
+                                                                   receiver: LoopbackReceiver) -> None:
     ctx = hooked_ctx(ctx, receiver)
     cluster.start_worker("w1", concurrency=4)
     cluster.start_webhooks(env=DELIVERER_ENV)
@@ -125,8 +100,8 @@ def test_each_event_arrives_once_signed_and_failures_are_retried(cluster: Cluste
     assert [b["kind"] for b in receiver.bodies("/cancel")] == ["run_suspended", "run_cancelled"]
     # The failing receiver got each event until it answered 200 (500, 500, 200), with one
     # delivery id across the retries of an event. (Deliveries are not ordered: use seq.)
-    flaky_got = sorted((json.loads(g["body"])["kind"], g["headers"]["AIDAWORK-Delivery"]) for g in receiver.got
-                       if g["path"].startswith("/flaky"))
+    flaky_got = sorted((json.loads(g.body)["kind"], g.headers["AIDAWORK-Delivery"]) for g in receiver.got
+                       if g.path.startswith("/flaky"))
     assert [k for k, _ in flaky_got] == ["run_completed"] * 3 + ["run_suspended"] * 3
     assert len({d for _, d in flaky_got}) == 2
     # Signed with the owner's secret, as `aidawork owner webhook-secret` prints it (not the master).
@@ -135,9 +110,9 @@ def test_each_event_arrives_once_signed_and_failures_are_retried(cluster: Cluste
     assert printed.returncode == 0, printed.stderr
     secret = json.loads(printed.stdout)["secret"]
     for got in receiver.got:
-        assert client.verify_webhook(got["body"], got["headers"]["AIDAWORK-Signature"], secret)
-        assert not client.verify_webhook(got["body"] + b" ", got["headers"]["AIDAWORK-Signature"], secret)
-        assert not client.verify_webhook(got["body"], got["headers"]["AIDAWORK-Signature"], SECRET)
+        assert client.verify_webhook(got.body, got.headers["AIDAWORK-Signature"], secret)
+        assert not client.verify_webhook(got.body + b" ", got.headers["AIDAWORK-Signature"], secret)
+        assert not client.verify_webhook(got.body, got.headers["AIDAWORK-Signature"], SECRET)
     # The body is the event as the event stream serves it, and the run's owner.
     stream = {e.seq: e for e in read_events(ctx.engine, done)}
     for body in receiver.bodies("/done"):
@@ -154,7 +129,9 @@ def test_each_event_arrives_once_signed_and_failures_are_retried(cluster: Cluste
     assert '"webhook_attempt_failed"' in log_text and '"webhook_delivered"' in log_text
 
 
-def test_a_hanging_receiver_holds_up_no_round(cluster: Cluster, ctx: Any, receiver: Receiver) -> None:
+def test_a_hanging_receiver_holds_up_no_round(
+    cluster: Cluster, ctx: Any, receiver: LoopbackReceiver, release: threading.Event
+) -> None:
     ctx = hooked_ctx(ctx, receiver)
     cluster.start_worker("w1", concurrency=2)
     cluster.start_webhooks(env=DELIVERER_ENV)
@@ -167,15 +144,15 @@ def test_a_hanging_receiver_holds_up_no_round(cluster: Cluster, ctx: Any, receiv
     # ... and the run's remaining rounds commit all the same.
     run = wait_terminal(ctx.engine, run_id)
     assert run["status"] == "completed"
-    assert not receiver.release.is_set()
+    assert not release.is_set()
 
     def timed_out() -> bool:
         first = client.status(run_id, ctx=ctx).webhooks[0]
         return first.event_kind == "run_suspended" and (first.last_error or "").startswith("timeout")
 
     wait_until(timed_out, timeout_s=WAIT_S, interval_s=0.1, what="an attempt to time out on the stuck receiver")
-    assert not receiver.release.is_set()
-    receiver.release.set()
+    assert not release.is_set()
+    release.set()
     wait_until(lambda: {w.status for w in client.status(run_id, ctx=ctx).webhooks} == {"delivered"},
                timeout_s=WAIT_S, interval_s=0.1, what="the deliveries once the receiver answers")
     view = client.status(run_id, ctx=ctx).webhooks

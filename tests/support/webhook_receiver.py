@@ -1,10 +1,11 @@
 """A loopback HTTP receiver for webhook tests: records every POST (path, raw body,
-headers) and answers 200."""
+headers) and answers the status ``answer`` gives it (200 unless a test says otherwise)."""
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,9 +28,13 @@ class LoopbackReceiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
+    def bodies(self, path: str) -> list[Any]:
+        """The JSON bodies POSTed to paths under ``path``, in arrival order."""
+        return [json.loads(g.body) for g in self.got if g.path.startswith(path)]
+
 
 @contextmanager
-def loopback_receiver() -> Iterator[LoopbackReceiver]:
+def loopback_receiver(answer: Callable[[Received], int] = lambda _: 200) -> Iterator[LoopbackReceiver]:
     holder: list[LoopbackReceiver] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -38,8 +43,9 @@ def loopback_receiver() -> Iterator[LoopbackReceiver]:
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            holder[0].got.append(Received(self.path, body, dict(self.headers.items())))
-            self.send_response(200)
+            got = Received(self.path, body, dict(self.headers.items()))
+            holder[0].got.append(got)
+            self.send_response(answer(got))
             self.send_header("Content-Length", "0")
             self.end_headers()
 

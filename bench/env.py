@@ -1,5 +1,5 @@
 """Where the bench runs, set in the environment before any project module reads it
-(worker.settings caches what it reads). Imported first by bench/rounds.py; the worker
+(worker.ops.settings caches what it reads). Imported first by bench/rounds.py; the worker
 processes the bench spawns inherit the same environment."""
 
 from __future__ import annotations

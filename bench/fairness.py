@@ -67,8 +67,8 @@ def set_weights(weights: dict[str, int]) -> None:
 
 
 def client_context(queues: int) -> Any:
-    from worker.client_context import build_client_context
-    from worker.settings import get_settings
+    from worker.client.context import build_client_context
+    from worker.ops.settings import get_settings
 
     return build_client_context(get_settings().model_copy(update={"round_queues": queues}), threads=2)
 

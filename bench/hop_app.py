@@ -3,7 +3,7 @@ on this machine, in the same run:
 
 - ``plain_app``: the cheapest delivery we would accept: acks_late (+ reject on worker
   lost), prefetch 1, JSON, no task events and no sent events;
-- ``aidawork_app``: ``worker.app.create_app(settings)``'s configuration unchanged (task
+- ``aidawork_app``: ``worker.ops.celery_app.create_app(settings)``'s configuration unchanged (task
   events on, no sent events, no ack emulation in Redis), run with ``--task-events`` as
   ``aidawork worker`` runs.
 
@@ -20,8 +20,8 @@ from typing import Any
 import redis
 from celery import Celery
 
-from worker.app import create_app
-from worker.settings import get_settings
+from worker.ops.celery_app import create_app
+from worker.ops.settings import get_settings
 
 PLAIN_QUEUE = "aidawork.bench.plain"
 # kombu's ack emulation with a long visibility timeout, as acks_late on Redis is usually run.

@@ -122,9 +122,9 @@ def step_breakdown(rounds: int = 300) -> dict[str, float]:
     from schema.store import claims as claim_store
     from schema.store import rounds as round_store
     from schema.wire import RoundTask
-    from worker import round as round_shell
-    from worker.app import Dispatcher
-    from worker.bootstrap import get_context
+    from worker.engine import round as round_shell
+    from worker.engine.bootstrap import get_context
+    from worker.ops.celery_app import Dispatcher
 
     spent: dict[str, float] = {}
 

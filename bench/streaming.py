@@ -14,7 +14,7 @@ import redis
 
 from bench import inflight
 from bench.env import BROKER_URL
-from worker.deltas import CHANNEL_PATTERN
+from worker.ops.deltas import CHANNEL_PATTERN
 
 ANSWER_WORDS = 50
 ANSWER = " ".join(f"word{i}" for i in range(ANSWER_WORDS))

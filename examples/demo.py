@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from runtime.errors import RequestInvalid  # noqa: E402
 from schema.wire import TERMINAL_EVENTS, RunEvent  # noqa: E402
 from worker import client  # noqa: E402
-from worker.run_view_cli import format_event  # noqa: E402
+from worker.cli.run_view import format_event  # noqa: E402
 
 
 def say(line: str) -> None:

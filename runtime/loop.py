@@ -189,7 +189,7 @@ class InProcessRun:
 def orchestrate(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks | None = None) -> InProcessRun:
     """Every round of a run, in this process, until it stops continuing (finishes,
     fails, suspends or needs a rebuild): for tools, tests and the plain single-completion
-    path. A worker runs one round per task instead (``worker.round``)."""
+    path. A worker runs one round per task instead (``worker.engine.round``)."""
     while True:
         result = drive_react_loop(deps, state, hooks)
         state = state.after(result)

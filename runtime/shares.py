@@ -2,7 +2,7 @@
 the fleet's round queues a round goes to, and at which broker priority.
 
 Every worker consumes all ``queues`` round queues, and the broker hands out one message
-per turn from each non-empty queue in rotation (``worker.broker``). An owner's rounds go
+per turn from each non-empty queue in rotation (``worker.engine.broker``). An owner's rounds go
 to its ``weight`` consecutive queues, starting at a stable hash of the owner, so with
 backlogs everywhere an owner of weight 3 gets about three turns for another's one, and an
 owner's backlog, however long, holds one turn per rotation per queue, never the fleet.

@@ -87,7 +87,7 @@ def broker() -> RecordingBroker:
 def ctx(db_url: str, broker: RecordingBroker) -> Iterator[Any]:
     """An in-process context (client side) on the test database; what it sends is recorded
     by ``broker`` (tests/e2e overrides this with one on the real broker)."""
-    from worker.app import Dispatcher
+    from worker.ops.celery_app import Dispatcher
 
     base = make_context(db_url)
     # No Redis: tasks go to the recording broker and no model deltas are published.

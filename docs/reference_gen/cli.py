@@ -1,5 +1,5 @@
 """Reference of the ``aidawork`` command line, walked from its argparse parser
-(``worker.cli.build_parser``): every command and subcommand, its help and usage, and each
+(``worker.cli.main.build_parser``): every command and subcommand, its help and usage, and each
 argument with its help, default and choices."""
 
 from __future__ import annotations
@@ -77,14 +77,14 @@ def _command(path: str, help_text: str, parser: argparse.ArgumentParser, level: 
 
 
 def page() -> str:
-    import worker.cli
-    from worker.cli import build_parser
+    import worker.cli.main
+    from worker.cli.main import build_parser
 
     parser = build_parser()
     # The module's docstring past its first line says what every command shares: exit
     # codes and logging.
-    shared = (worker.cli.__doc__ or "").split("\n", 1)[-1].strip().replace("``", "`")
-    text = header("CLI", "`worker.cli.build_parser` (with `worker.owner_cli`)", f"{parser.description}\n\n{shared}")
+    shared = (worker.cli.main.__doc__ or "").split("\n", 1)[-1].strip().replace("``", "`")
+    text = header("CLI", "`worker.cli.main.build_parser` (with `worker.cli.owner`)", f"{parser.description}\n\n{shared}")
     text += f"```text\n{_usage(parser)}\n```\n\n" + _arguments(parser) + "\n"
     for name, help_text, sub in _subcommands(parser):
         text += _command(f"aidawork {name}", help_text, sub, 2)

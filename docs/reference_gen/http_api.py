@@ -16,7 +16,7 @@ def document() -> dict[str, Any]:
     """The document ``/openapi.json`` serves, for a deployment with default settings (the
     environment of the build is ignored) and the plugins installed where the site is built."""
     from worker.api import create_app
-    from worker.settings import Settings
+    from worker.ops.settings import Settings
 
     class Defaults(Settings):
         @classmethod

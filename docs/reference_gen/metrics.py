@@ -1,5 +1,5 @@
 """Reference of the Prometheus metrics, read from the metric objects themselves: the
-worker's families (``worker.observability.metrics.RoundMetrics``) and the API's registry
+worker's families (``worker.ops.observability.metrics.RoundMetrics``) and the API's registry
 (``worker.api.observe.install_metrics``), each with its name, type, help and labels."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def worker_families() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics import MetricWrapperBase
 
-    from worker.observability.metrics import RoundMetrics
+    from worker.ops.observability.metrics import RoundMetrics
 
     metrics = RoundMetrics(CollectorRegistry())
     for value in vars(metrics).values():
@@ -69,12 +69,12 @@ HEADERS = ["family", "type", "labels", "series exposed", "meaning"]
 
 
 def page() -> str:
-    import worker.observability.metrics as source
+    import worker.ops.observability.metrics as source
 
     intro = " ".join((source.__doc__ or "").split("\n\n")[0].split()).replace("``", "`")
     text = header(
         "Metrics",
-        "the metric families of `worker.observability.metrics` and `worker.api.observe`",
+        "the metric families of `worker.ops.observability.metrics` and `worker.api.observe`",
         intro,
     )
     text += "## Worker\n\nServed by each worker process on `AIDAWORK_METRICS_PORT` (see [settings](settings.md)).\n\n"

@@ -1,4 +1,4 @@
-"""Reference of the settings, read from the settings model (``worker.settings.Settings``):
+"""Reference of the settings, read from the settings model (``worker.ops.settings.Settings``):
 each field's environment variable, type, default, constraints and description."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ CONSTRAINTS = {"gt": ">", "ge": "≥", "lt": "<", "le": "≤", "min_length": "le
 def env_name(name: str, field: FieldInfo) -> str:
     """The variable a field is read from: its alias when it has one (the standard OTEL_*
     variables), else the prefix and its name in capitals."""
-    from worker.settings import ENV_PREFIX
+    from worker.ops.settings import ENV_PREFIX
 
     alias = field.validation_alias
     return alias if isinstance(alias, str) else f"{ENV_PREFIX}{name.upper()}"
@@ -85,7 +85,7 @@ def _group(name: str) -> str:
 
 
 def rows() -> dict[str, list[list[str]]]:
-    from worker.settings import Settings
+    from worker.ops.settings import Settings
 
     grouped: dict[str, list[list[str]]] = {title: [] for title in ("General", *(t for t, _ in GROUPS))}
     for name, field in Settings.model_fields.items():
@@ -100,11 +100,11 @@ def rows() -> dict[str, list[list[str]]]:
 
 
 def page() -> str:
-    from worker.settings import ENV_PREFIX
+    from worker.ops.settings import ENV_PREFIX
 
     text = header(
         "Settings",
-        "`worker.settings.Settings` (its fields, types, defaults, constraints and descriptions)",
+        "`worker.ops.settings.Settings` (its fields, types, defaults, constraints and descriptions)",
         f"Every process reads its settings from the environment: `{ENV_PREFIX}` and the name in capitals, except "
         "the standard `OTEL_*` variables. A value out of its constraints stops the process with an error naming "
         "the variable. Secrets are never shown, logged or echoed. A JSON-valued setting is given as a JSON string.",

@@ -1,5 +1,5 @@
 """What the fleet's provider rate limits need from the core, and nothing of how they are
-enforced (the worker's token buckets in Redis, ``worker.rate_limits``):
+enforced (the worker's token buckets in Redis, ``worker.ops.rate_limits``):
 
 - ``CallLimitKey``: what a run's model calls count against (the provider, the configured
   key's name ``api_key_ref``, the model) and the output limit that is part of each call's

@@ -1,7 +1,7 @@
 """The shapes of ``AIDAWORK_MCP_SERVERS``: a JSON object of named servers, each either a
 subprocess spoken to over stdio (``{"command", "args", "env"}``) or a streamable-HTTP
 endpoint (``{"url", "headers"}``), with optional per-tool ``effects`` and a call
-``timeout_s``. Pure and light (no MCP SDK): ``worker.settings`` parses with it."""
+``timeout_s``. Pure and light (no MCP SDK): ``worker.ops.settings`` parses with it."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
   holding the migration lock;
 - the standard ``alembic`` commands with the repository's ``alembic.ini``: the database
   URL is read from ``AIDAWORK_DATABASE_URL`` (the same variable every process reads, see
-  worker/settings.py; schema/ cannot import the worker's settings), and an upgrade takes
+  worker/ops/settings.py; schema/ cannot import the worker's settings), and an upgrade takes
   the same advisory lock ``aidawork migrate`` takes, so the two never migrate at once.
 """
 

@@ -1,5 +1,5 @@
 """Retention: deleting the Roots whose runs have all ended before a cutoff, with every row
-they own (``aidawork prune`` and beat's retention pass, ``worker.retention``).
+they own (``aidawork prune`` and beat's retention pass, ``worker.ops.retention``).
 
 The rule. A Root's messages are shared by its runs: a later run's context reads the
 earlier runs' messages (from its ``run_checkpoints.context_start_position`` on), and its

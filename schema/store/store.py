@@ -1,5 +1,5 @@
-"""``Store``: the store operations the worker shell uses (``worker.round``, ``worker.resume``,
-``worker.rebuild`` and ``worker.app.send_or_defer``), bound to one engine.
+"""``Store``: the store operations the worker shell uses (``worker.engine.round``, ``worker.engine.resume``,
+``worker.engine.rebuild`` and ``worker.ops.celery_app.send_or_defer``), bound to one engine.
 
 The one seam between the shell and PostgreSQL: each method is the module function of the
 same name with the engine bound, and nothing else (no logic, no extra round trip). The

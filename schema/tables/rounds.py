@@ -220,7 +220,7 @@ model_calls = Table(
 # The webhook outbox: one row per event of a run with a webhook_url whose kind is in
 # schema.wire.WEBHOOK_EVENTS, inserted by the trigger ``run_events_webhook_outbox``
 # (migration 0012; AFTER INSERT ON run_events) in the event's own transaction, which also
-# NOTIFYs ``aidawork_webhooks``. The deliverer (worker.webhooks) claims due rows with
+# NOTIFYs ``aidawork_webhooks``. The deliverer (worker.ops.webhooks) claims due rows with
 # FOR UPDATE SKIP LOCKED; ``attempts`` fences the end of each attempt. ``next_attempt_at``
 # is set exactly while the delivery is pending (while an attempt is in flight it is the
 # attempt's lease: a deliverer that died mid-attempt is retried then).

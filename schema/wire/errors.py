@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-# What ``aidawork`` exits with (``worker.cli``): 2 for bad input, 1 for anything else.
+# What ``aidawork`` exits with (``worker.cli.main``): 2 for bad input, 1 for anything else.
 _EXIT_INPUT, _EXIT_ERROR = 2, 1
 
 

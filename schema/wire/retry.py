@@ -1,7 +1,7 @@
 """Retry policy as data, and the one backoff every retry loop of the system uses (a
 transaction in ``schema.store.tx``, a provider call in ``runtime.models``, a tool's own
-retries in ``runtime.tools``, a webhook delivery in ``worker.webhooks``). Task retries
-use Celery's own backoff (``worker.tasks``)."""
+retries in ``runtime.tools``, a webhook delivery in ``worker.ops.webhooks``). Task retries
+use Celery's own backoff (``worker.engine.tasks``)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 unless the run waits for that kind of answer to that very call, idempotent when repeated,
 and acted on by the resume exactly as answered.
 
-Runs are suspended by real rounds in-process (``worker.round.execute_round``) and driven by
+Runs are suspended by real rounds in-process (``worker.engine.round.execute_round``) and driven by
 ``tests/support/suspensions.drive``; every refusal is checked against a snapshot of every
 table the feature touches (tool_answers and tool_executions included).
 """

@@ -20,7 +20,7 @@ from schema.wire import RoundTask
 from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import HOLDER, claim, expire_lease, record, start_execution, submit
-from worker.round import ROUND_ATTEMPTS_EXHAUSTED, RoundDisposition, execute_round, round_at_fault
+from worker.engine.round import ROUND_ATTEMPTS_EXHAUSTED, RoundDisposition, execute_round, round_at_fault
 
 
 def reclaim(engine: Engine, c: Claim, boundary_seq: int = 0) -> Claim:

@@ -1,7 +1,7 @@
 """Deliveries of files and resolutions of prerequisites: idempotent, refused when the run does
 not wait for them, and never stranding a run.
 
-A run is suspended by a real round (``worker.round.execute_round``), its input delivered
+A run is suspended by a real round (``worker.engine.round.execute_round``), its input delivered
 through ``worker.client`` (helpers in tests/support/suspensions.py). Every refusal is checked
 against a snapshot of every table the feature touches: a refusal must change nothing at all.
 """

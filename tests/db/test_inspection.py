@@ -20,7 +20,7 @@ from tests.support.requests import scripted_request
 from tests.support.suspensions import drive
 from worker import client
 from worker.api import create_app
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 TOKEN_A, TOKEN_B = "inspect-a-" + "a" * 16, "inspect-b-" + "b" * 16
 BLOB = [{"tool_calls": [{"name": "text_blob", "args": {"size_bytes": 5000}}]}, {"content": "done"}]

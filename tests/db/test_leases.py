@@ -17,7 +17,7 @@ from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import claim, expire_lease, record, submit
 from tests.support.wait import wait_until
-from worker.leases import LeaseKeeper
+from worker.engine.leases import LeaseKeeper
 
 
 def lease_of(engine: Engine, run_id: UUID) -> dict[str, Any]:
@@ -158,7 +158,7 @@ def _refusals(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 def test_refused_claim_of_a_live_run_is_a_warning_naming_the_reason(ctx: Any) -> None:
     from schema.wire import RoundTask
-    from worker.round import RoundDisposition, execute_round
+    from worker.engine.round import RoundDisposition, execute_round
 
     run = submit(ctx.engine)
     held = claim(ctx.engine, run.run_id)  # another worker holds round 0
@@ -199,8 +199,8 @@ def test_the_claim_is_heartbeated_while_a_cold_state_is_built(ctx: Any, monkeypa
     the build keeps the lease, no other worker can take the run meanwhile, and the round
     commits under its own claim."""
     from schema.wire import RoundTask
-    from worker import round as round_module
-    from worker.round import RoundDisposition, execute_round
+    from worker.engine import round as round_module
+    from worker.engine.round import RoundDisposition, execute_round
 
     run = submit(ctx.engine)
     build = round_module._state_after_claim

@@ -1,7 +1,7 @@
 """Durable local reads: delivered file bodies live in local_reads only, the model still sees
 them, and the status shows what a suspended run waits for.
 
-A run is suspended by a real round (``worker.round.execute_round``), its input delivered
+A run is suspended by a real round (``worker.engine.round.execute_round``), its input delivered
 through ``worker.client`` (helpers in tests/support/suspensions.py). Every refusal is checked
 against a snapshot of every table the feature touches: a refusal must change nothing at all.
 """
@@ -25,9 +25,9 @@ from tests.support.suspensions import (
     suspended_run,
 )
 from worker import client
-from worker.ledger import LedgerHooks
-from worker.resume import execute_resume
-from worker.round import RoundDisposition, run_claimed
+from worker.engine.ledger import LedgerHooks
+from worker.engine.resume import execute_resume
+from worker.engine.round import RoundDisposition, run_claimed
 
 # --- durable local reads: where the bodies are, and what the status shows ---------------------------
 

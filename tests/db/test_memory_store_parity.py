@@ -186,8 +186,8 @@ def shell_flow(
 ) -> list[Any]:
     """The worker shell (real round and resume code) through a suspension on a file, one on
     a prerequisite and one whose input is already there; what is stored after each step."""
-    from worker.resume import execute_resume
-    from worker.round import execute_round
+    from worker.engine.resume import execute_resume
+    from worker.engine.round import execute_round
 
     run_id, seen = submit(), []
 

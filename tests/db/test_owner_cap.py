@@ -23,8 +23,8 @@ from tests.support.db import rows
 from tests.support.store import claim, expire_lease, record, submit
 from tests.support.suspensions import BODY_A, READ_ONE, run_row, suspended_run
 from worker import client
-from worker.resume import execute_resume
-from worker.round import RoundDisposition, execute_round
+from worker.engine.resume import execute_resume
+from worker.engine.round import RoundDisposition, execute_round
 
 OWNER = "team-test"
 

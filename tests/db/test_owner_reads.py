@@ -16,7 +16,7 @@ from sqlalchemy import event
 from tests.support.env import BROKER_URL
 from tests.support.store import submit
 from worker.api import create_app
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 OWNER_IN_WHERE = re.compile(r"WHERE .*owner = %\(owner\)s", re.DOTALL)
 TOKEN_A, TOKEN_B = "owner-a-" + "a" * 16, "owner-b-" + "b" * 16

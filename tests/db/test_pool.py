@@ -9,8 +9,8 @@ from sqlalchemy import text
 
 from schema.store.tx import make_engine
 from tests.support.env import BROKER_URL
-from worker.bootstrap import build_context, pool_size_for
-from worker.settings import Settings
+from worker.engine.bootstrap import build_context, pool_size_for
+from worker.ops.settings import Settings
 
 
 def test_the_pool_follows_the_threads_and_stops_at_the_cap() -> None:

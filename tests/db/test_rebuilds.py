@@ -31,7 +31,7 @@ from tests.support.db import rows
 from tests.support.requests import scripted_request
 from tests.support.store import HOLDER
 from worker import client
-from worker.round import execute_round
+from worker.engine.round import execute_round
 
 ROUNDS = 6
 

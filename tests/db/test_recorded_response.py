@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-import worker.round as round_module
+import worker.engine.round as round_module
 from runtime.models.base import ModelRequest, ModelResponse
 from schema.store import claims as claim_store
 from schema.store import rounds as round_store
@@ -23,7 +23,7 @@ from tests.support.requests import scripted_request
 from tests.support.store import HOLDER, claim, expire_lease, record, submit
 from tests.support.suspensions import ready_read_one
 from worker import client
-from worker.round import RoundDisposition
+from worker.engine.round import RoundDisposition
 
 ADD = {"content": None, "tool_calls": [{"id": "call_0_0", "name": "add", "args": {"a": 2.5, "b": 3}}]}
 ECHO = {"content": "let me echo", "tool_calls": [{"id": "call_1_0", "name": "echo", "args": {"deep": [{"x": None}]}}]}

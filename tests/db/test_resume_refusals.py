@@ -1,7 +1,7 @@
 """Resumes altered field by field, forged, copied or incomplete are refused naming what is
 wrong, against a real PostgreSQL, driven in-process.
 
-A run is suspended by a real round (``worker.round.execute_round``), its input delivered
+A run is suspended by a real round (``worker.engine.round.execute_round``), its input delivered
 through ``worker.client`` (helpers in tests/support/suspensions.py). Every refusal is checked
 against a snapshot of every table the feature touches: a refusal must change nothing at all.
 """
@@ -34,8 +34,8 @@ from tests.support.suspensions import (
     resigned,
     snapshot,
 )
-from worker.resume import execute_resume
-from worker.round import RoundDisposition
+from worker.engine.resume import execute_resume
+from worker.engine.round import RoundDisposition
 
 # --- resume refusals: field by field ------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Replayed, stale and concurrent resumes: each suspension is resumed exactly once.
 
-A run is suspended by a real round (``worker.round.execute_round``), its input delivered
+A run is suspended by a real round (``worker.engine.round.execute_round``), its input delivered
 through ``worker.client`` (helpers in tests/support/suspensions.py). Every refusal is checked
 against a snapshot of every table the feature touches: a refusal must change nothing at all.
 """
@@ -24,8 +24,8 @@ from tests.support.suspensions import (
     resigned,
     snapshot,
 )
-from worker.resume import execute_resume
-from worker.round import RoundDisposition
+from worker.engine.resume import execute_resume
+from worker.engine.round import RoundDisposition
 
 # --- replayed and stale resumes ----------------------------------------------------------------
 

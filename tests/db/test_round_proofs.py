@@ -1,7 +1,7 @@
 """Proofs of rounds: a result whose projection this process did not issue is not recorded, and
 a run whose stored round proof was tampered with fails instead of running.
 
-A run is suspended by a real round (``worker.round.execute_round``), its input delivered
+A run is suspended by a real round (``worker.engine.round.execute_round``), its input delivered
 through ``worker.client`` (helpers in tests/support/suspensions.py). Every refusal is checked
 against a snapshot of every table the feature touches: a refusal must change nothing at all.
 """
@@ -29,9 +29,9 @@ from tests.support.suspensions import (
     snapshot,
     submit,
 )
-from worker import round as round_mod
-from worker.ledger import LedgerHooks
-from worker.round import RoundDisposition, execute_round, run_claimed
+from worker.engine import round as round_mod
+from worker.engine.ledger import LedgerHooks
+from worker.engine.round import RoundDisposition, execute_round, run_claimed
 
 # --- proofs of rounds ------------------------------------------------------------------------------
 

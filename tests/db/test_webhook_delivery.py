@@ -28,8 +28,8 @@ from tests.support.requests import scripted_request
 from tests.support.store import RUNTIME
 from tests.support.webhook_receiver import loopback_receiver
 from worker import client
-from worker.webhooks.deliverer import Deliverer
-from worker.webhooks.policy import WebhookRefused
+from worker.ops.webhooks.deliverer import Deliverer
+from worker.ops.webhooks.policy import WebhookRefused
 
 SECRET = "whsec-db-0123456789abcdef"
 

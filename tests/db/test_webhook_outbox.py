@@ -24,7 +24,7 @@ from tests.support.db import rows
 from tests.support.requests import scripted_request
 from tests.support.store import RUNTIME, claim, record, submit
 from worker import client
-from worker.webhooks.policy import WebhookRefused
+from worker.ops.webhooks.policy import WebhookRefused
 
 URL = "http://127.0.0.1:9/hook?token=secret-in-query"
 

@@ -17,7 +17,7 @@ from schema.store import workers as worker_store
 from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import HOLDER, claim, expire_lease, record, start_execution, submit
-from worker.leases import LeaseKeeper
+from worker.engine.leases import LeaseKeeper
 
 LEASE_S = 5.0
 

@@ -307,13 +307,13 @@ class RequestRefused(AssertionError):
 
 def check_run_request(block: Block, runtime: Any) -> int:
     """Check every value of a json block as ``aidawork submit FILE`` checks a request
-    (``worker.cli.cmd_submit`` then ``worker.client.submit``): a JSON object, valid for
+    (``worker.cli.main.cmd_submit`` then ``worker.client.submit``): a JSON object, valid for
     ``prepare_execution`` (fields, owner, config, known tools and providers), a webhook
     URL of a valid shape (the allow list, AIDAWORK_WEBHOOK_URLS, is the deployment's).
     Nothing is stored. Returns how many requests it checked."""
     from runtime.errors import RequestInvalid
     from runtime.prepare import prepare_execution
-    from worker.webhooks.policy import WebhookRefused, check_url_shape
+    from worker.ops.webhooks.policy import WebhookRefused, check_url_shape
 
     try:
         values = list(json_values(block.code))
@@ -340,6 +340,6 @@ def check_run_request(block: Block, runtime: Any) -> int:
 def request_runtime(settings: Any) -> Any:
     """The checks a run request must pass, as the client process builds them (its
     plugins, its providers, no MCP servers: those need a live connection)."""
-    from worker.client_context import runtime_for
+    from worker.client.context import runtime_for
 
     return runtime_for(settings.model_copy(update={"mcp_servers": {}}))

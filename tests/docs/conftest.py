@@ -62,8 +62,9 @@ def python_stack(docs_stack: Stack) -> Iterator[PythonPages]:
     the working directory. All of it is put back afterwards."""
     import structlog
 
-    from worker import bootstrap, client_context
-    from worker.settings import get_settings
+    from worker.client import context as client_context
+    from worker.engine import bootstrap
+    from worker.ops.settings import get_settings
 
     saved_env = dict(os.environ)
     saved_cwd = Path.cwd()

@@ -35,7 +35,7 @@ TIMEOUT = pytest.mark.timeout(120, method="signal")
 
 @pytest.fixture(scope="module")
 def runtime() -> Any:
-    from worker.settings import Settings
+    from worker.ops.settings import Settings
 
     # The client's checks with the stack's settings; building them opens no connection.
     return request_runtime(Settings(database_url=f"{PG_BASE}/aidawork_docs", broker_url=BROKER_URL, dev=True))

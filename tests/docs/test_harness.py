@@ -39,7 +39,7 @@ def page(tmp_path: Path, text: str) -> Path:
 
 @pytest.fixture(scope="module")
 def runtime() -> Any:
-    from worker.settings import Settings
+    from worker.ops.settings import Settings
 
     return request_runtime(Settings(database_url=f"{PG_BASE}/unused", broker_url=BROKER_URL, dev=True))
 

@@ -1,4 +1,4 @@
-"""The worker's broker transport reuses one Redis client per channel (worker/broker.py)
+"""The worker's broker transport reuses one Redis client per channel (worker/engine/broker.py)
 and still publishes and consumes through a real Redis; it keeps no unacked copies there;
 and under a backlog it takes messages in batches, in the order of one BRPOP each."""
 
@@ -21,8 +21,8 @@ from tests.support.cluster import Cluster, wait_exit, wait_ready
 from tests.support.env import BROKER_URL, broker_app
 from tests.support.queues import queued_rounds
 from tests.support.wait import wait_until
-from worker import broker
-from worker.app import ROUNDS_QUEUE, RUN_ROUND_TASK, Dispatcher, round_queue
+from worker.engine import broker
+from worker.ops.celery_app import ROUNDS_QUEUE, RUN_ROUND_TASK, Dispatcher, round_queue
 
 
 def test_a_channel_reuses_its_redis_client_and_still_moves_messages(redis_clean: None) -> None:
@@ -71,7 +71,7 @@ def test_threads_sharing_a_channels_client_each_get_their_own_replies(redis_clea
 
 
 def test_a_taken_message_is_kept_in_the_workers_memory_only_and_put_back_when_it_stops(cluster: Cluster) -> None:
-    """No ack emulation in Redis (worker.app): a worker holding a message it has not
+    """No ack emulation in Redis (worker.ops.celery_app): a worker holding a message it has not
     acknowledged (a round sent with a countdown, held until its eta) leaves no copy of it
     in Redis, and a graceful stop puts it back in its queue."""
     broker = redis.Redis.from_url(BROKER_URL)
@@ -95,7 +95,7 @@ def _queued_messages(broker: redis.Redis) -> list[dict]:
 
 
 def test_a_round_is_published_as_celerys_send_task_publishes_it(redis_clean: None) -> None:
-    """The dispatcher publishes a round once, on a pooled producer (worker.app): the very
+    """The dispatcher publishes a round once, on a pooled producer (worker.ops.celery_app): the very
     message ``send_task`` makes, on the same queue and priority step."""
     app = broker_app()
     run_id, route = uuid4(), Route("team-publish", priority=7)
@@ -146,7 +146,7 @@ def test_a_publish_that_fails_goes_again_through_send_task_and_its_retries(
     assert message["headers"]["argsrepr"] == repr([str(run_id), 0])
 
 
-# Batched intake (worker.broker.Channel._take_more): messages published to three round
+# Batched intake (worker.engine.broker.Channel._take_more): messages published to three round
 # queues at several priorities, taken by a kombu consumer on the worker's transport.
 BATCH_QUEUES = [round_queue(i) for i in range(3)]
 # (queue index, priority) of each message, in publishing order.

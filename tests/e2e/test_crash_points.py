@@ -6,7 +6,7 @@ from tests.support.cluster import Cluster, events, wait_events, wait_exit
 from tests.support.db import calls_per_boundary, model_calls, round_rows, rows, wait_terminal
 from tests.support.requests import scripted_request
 from worker import client
-from worker.failpoints import EXIT_CODE
+from worker.engine.failpoints import EXIT_CODE
 
 SCRIPT = [
     {"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]},

@@ -27,9 +27,9 @@ from tests.support.env import BROKER_URL, REPO
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
-from worker.client_context import build_client_context
-from worker.failpoints import EXIT_CODE
-from worker.settings import Settings
+from worker.client.context import build_client_context
+from worker.engine.failpoints import EXIT_CODE
+from worker.ops.settings import Settings
 
 CRASHING = ("a1", "a2", "a3")
 

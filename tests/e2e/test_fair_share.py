@@ -17,7 +17,7 @@ from tests.support.env import BROKER_URL
 from tests.support.queues import queued_rounds
 from tests.support.requests import scripted_request
 from worker import client
-from worker.app import round_queue
+from worker.ops.celery_app import round_queue
 
 ONE_ROUND = [{"content": "done"}]
 

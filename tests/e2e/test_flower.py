@@ -66,7 +66,7 @@ def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only_and_no_
     tasks = wait_until(round_tasks, timeout_s=WAIT_S, interval_s=0.25, what="Flower to show both round tasks")
     assert {t["name"] for t in tasks} == {"aidawork.run_round"}
     assert sorted(t["args"] for t in tasks) == [f"['{run_id}', 0]", f"['{run_id}', 1]"]
-    # Round 1 was sent by round 0's task (worker.app.Dispatcher._send): Flower links them.
+    # Round 1 was sent by round 0's task (worker.ops.celery_app.Dispatcher._send): Flower links them.
     first, second = sorted(tasks, key=lambda t: str(t["args"]))
     assert (second["parent_id"], second["root_id"]) == (first["uuid"], first["uuid"]), tasks
     for task in tasks:

@@ -42,8 +42,8 @@ from tests.support.providers import (
 )
 from tests.support.wait import wait_until
 from worker import client
-from worker.bootstrap import WorkerContext, build_context
-from worker.settings import Settings
+from worker.engine.bootstrap import WorkerContext, build_context
+from worker.ops.settings import Settings
 
 OPENAI_KEY = "sk-seal-openai-canary-1"
 ANTHROPIC_KEY = "sk-seal-anthropic-canary-2"

@@ -24,7 +24,7 @@ from tests.support.cluster import Cluster, cli, non_json_lines, wait_events, wai
 from tests.support.env import BROKER_URL, REPO, WAIT_S
 from tests.support.requests import scripted_request, without_owner
 from tests.support.wait import wait_until
-from worker.processes import GC_THRESHOLDS
+from worker.engine.processes import GC_THRESHOLDS
 
 PLUGINS = REPO / "tests" / "support" / "plugins"
 VENV_BIN = Path(sys.executable).parent
@@ -79,7 +79,7 @@ def test_every_process_writes_only_json_lines_including_its_startup_lines(
     node = f"aidawork@{socket.gethostname()}"
     assert any(e["event"] == "worker_started" and e["node"] == node for e in worker)
     assert has(worker, "celery.apps.worker", f"{node} ready.")
-    # Its garbage collector set for many rounds at once once it was ready (worker.processes).
+    # Its garbage collector set for many rounds at once once it was ready (worker.engine.processes).
     tuned = [e for e in worker if e["event"] == "gc_tuned"]
     assert len(tuned) == 1 and tuned[0]["thresholds"] == list(GC_THRESHOLDS), tuned
     assert tuned[0]["frozen_objects"] > 10_000, tuned

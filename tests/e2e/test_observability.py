@@ -19,7 +19,7 @@ from tests.support.otlp import OtlpReceiver
 from tests.support.requests import PICK_COLOR, scripted_request
 from tests.support.wait import wait_until
 from worker import client
-from worker.failpoints import EXIT_CODE
+from worker.engine.failpoints import EXIT_CODE
 
 SCRIPT = [
     {"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]},

@@ -25,8 +25,8 @@ from tests.support.env import BROKER_URL, WAIT_S
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
-from worker.bootstrap import build_context
-from worker.settings import Settings
+from worker.engine.bootstrap import build_context
+from worker.ops.settings import Settings
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 # Many rounds reuse the same statements: past psycopg's prepare threshold (5), a prepared

@@ -26,8 +26,8 @@ from tests.support.queues import queued_rounds
 from tests.support.requests import scripted_request, without_owner
 from tests.support.wait import wait_until
 from worker import client
-from worker.client_context import ClientContext, build_client_context
-from worker.settings import Settings
+from worker.client.context import ClientContext, build_client_context
+from worker.ops.settings import Settings
 
 EXTRA = "aidawork_example.extra"  # word_count; not advertised by an entry point
 TEST_PLUGINS = REPO / "tests" / "support" / "plugins"  # raising_plugin, clashing_plugin

@@ -5,9 +5,9 @@ from tests.support.db import model_calls, round_rows, run_row
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
-from worker.failpoints import EXIT_CODE
-from worker.round import ROUND_ATTEMPTS_EXHAUSTED
-from worker.settings import Settings
+from worker.engine.failpoints import EXIT_CODE
+from worker.engine.round import ROUND_ATTEMPTS_EXHAUSTED
+from worker.ops.settings import Settings
 
 MAX_ATTEMPTS = Settings.model_fields["max_round_attempts"].default
 

@@ -25,8 +25,8 @@ from tests.support.db import all_rows_as_text, model_calls
 from tests.support.env import BROKER_URL, WAIT_S
 from tests.support.providers import FakeProvider, Recorded, Reply, openai_error, openai_reply
 from worker import client
-from worker.bootstrap import WorkerContext, build_context
-from worker.settings import Settings
+from worker.engine.bootstrap import WorkerContext, build_context
+from worker.ops.settings import Settings
 
 KEY = "sk-canary-fragments-0123456789"
 MODEL_TIMEOUT_S = 4.0

@@ -28,8 +28,8 @@ from tests.support.providers import (
     openai_reply,
 )
 from worker import client
-from worker.bootstrap import WorkerContext, build_context
-from worker.settings import Settings
+from worker.engine.bootstrap import WorkerContext, build_context
+from worker.ops.settings import Settings
 
 OPENAI_KEY = "sk-canary-openai-XYZ"
 ANTHROPIC_KEY = "sk-canary-anthropic-XYZ"

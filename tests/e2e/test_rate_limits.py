@@ -17,10 +17,10 @@ from tests.support.cluster import Cluster, events, wait_ready
 from tests.support.env import BROKER_URL, WAIT_S
 from tests.support.providers import FakeProvider, Recorded, Reply, openai_error, openai_reply
 from worker import client
-from worker.bootstrap import WorkerContext, build_context
-from worker.rate_limit_rules import Bucket, RateLimit, RateLimitRules
-from worker.rate_limits import RateLimiter
-from worker.settings import Settings
+from worker.engine.bootstrap import WorkerContext, build_context
+from worker.ops.rate_limit_rules import Bucket, RateLimit, RateLimitRules
+from worker.ops.rate_limits import RateLimiter
+from worker.ops.settings import Settings
 
 KEY = "sk-canary-rate-XYZ"
 

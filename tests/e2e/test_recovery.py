@@ -36,8 +36,8 @@ from tests.support.cluster import Cluster, wait_ready
 from tests.support.db import rows
 from tests.support.env import BROKER_URL
 from tests.support.wait import wait_until
-from worker.bootstrap import build_context
-from worker.settings import Settings
+from worker.engine.bootstrap import build_context
+from worker.ops.settings import Settings
 
 PG_BIN = Path("/usr/lib/postgresql") / (sorted(os.listdir("/usr/lib/postgresql"))[-1] if Path(
     "/usr/lib/postgresql").exists() else "none") / "bin"

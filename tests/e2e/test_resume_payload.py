@@ -19,7 +19,7 @@ from tests.support.requests import RESUME, scripted_request
 from tests.support.suspensions import assert_unchanged, snapshot
 from tests.support.wait import wait_until
 from worker import client
-from worker.app import RESUME_ROUND_TASK, round_queue
+from worker.ops.celery_app import RESUME_ROUND_TASK, round_queue
 
 
 def nested(levels: int) -> Any:

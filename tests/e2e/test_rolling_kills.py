@@ -16,8 +16,8 @@ from tests.support.requests import scripted_request
 from tests.support.storm import RollingKills
 from tests.support.wait import wait_until
 from worker import client
-from worker.round import ROUND_ATTEMPTS_EXHAUSTED
-from worker.settings import Settings
+from worker.engine.round import ROUND_ATTEMPTS_EXHAUSTED
+from worker.ops.settings import Settings
 
 MAX_ATTEMPTS = Settings.model_fields["max_round_attempts"].default
 LEASE_S = 3.0

@@ -25,7 +25,7 @@ from tests.support.env import BROKER_URL, REPO, WAIT_S
 from tests.support.requests import scripted_request, without_owner
 from tests.support.wait import wait_until
 from worker import client
-from worker.deltas import RunDelta
+from worker.ops.deltas import RunDelta
 
 CONTENT = "Streaming works: these words arrive one by one, then the durable answer."
 

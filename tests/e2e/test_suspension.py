@@ -23,7 +23,7 @@ from tests.support.env import BROKER_URL, REPO, broker_app
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
-from worker.failpoints import EXIT_CODE
+from worker.engine.failpoints import EXIT_CODE
 
 WAIT_S = 30.0
 

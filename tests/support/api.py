@@ -21,7 +21,7 @@ from tests.support.cluster import assert_json_lines
 from tests.support.db import rows
 from tests.support.env import BROKER_URL, REPO, WAIT_S
 from tests.support.wait import wait_until
-from worker.bootstrap import WorkerContext
+from worker.engine.bootstrap import WorkerContext
 
 TOKEN_A = "token-a-" + uuid.uuid4().hex
 

@@ -1,6 +1,6 @@
 """Real ``aidawork worker`` / ``beat`` / ``webhooks`` processes for a test, and reading what they log.
 
-Every line a process writes must be one JSON object (worker.logging): ``stop_all`` checks
+Every line a process writes must be one JSON object (worker.ops.logging): ``stop_all`` checks
 each captured log at teardown and fails the test naming the process and the line, so
 every e2e test that starts a process proves it."""
 

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from tests.support.env import WAIT_S
 from tests.support.wait import wait_until
-from worker.bootstrap import WorkerContext
+from worker.engine.bootstrap import WorkerContext
 
 
 def rows(engine: Engine, sql: str, **params: Any) -> list[dict[str, Any]]:

@@ -46,16 +46,16 @@ def admin_engine() -> Engine:
 
 def broker_app() -> Any:
     """The Celery app on the test broker: for pings, inspection and raw sends."""
-    from worker.app import app_for
-    from worker.settings import Settings
+    from worker.ops.celery_app import app_for
+    from worker.ops.settings import Settings
 
     return app_for(Settings(broker_url=BROKER_URL))
 
 
 def make_context(db_url: str) -> Any:
     """An in-process worker context (client side) on the test database and broker."""
-    from worker.bootstrap import build_context
-    from worker.settings import Settings
+    from worker.engine.bootstrap import build_context
+    from worker.ops.settings import Settings
 
     settings = Settings(database_url=db_url, broker_url=BROKER_URL, lease_s=2, dispatch_grace_s=1)
     return build_context(settings)

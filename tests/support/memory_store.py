@@ -1,5 +1,5 @@
 """``InMemoryStore``: the store operations of ``schema.store.store.Store`` over plain dicts,
-so the worker shell (``worker.round``, ``worker.resume``, ``worker.rebuild``) runs in unit
+so the worker shell (``worker.engine.round``, ``worker.engine.resume``, ``worker.engine.rebuild``) runs in unit
 tests without PostgreSQL (after procrastinate's ``InMemoryConnector``).
 
 It keeps the guarantees the shell relies on, statement by statement as the SQL does them:

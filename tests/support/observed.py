@@ -13,9 +13,9 @@ from runtime.prepare import prepare_execution
 from schema.wire import RoundTask
 from tests.support.requests import scripted_request
 from tests.support.shell import Shell, shell
-from worker.observability import Observability
-from worker.observability.tracing import Tracing
-from worker.round import execute_round
+from worker.engine.round import execute_round
+from worker.ops.observability import Observability
+from worker.ops.observability.tracing import Tracing
 
 
 class CannedChat(ModelClient):

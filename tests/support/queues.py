@@ -1,11 +1,11 @@
 """The round queues as a test reads them in Redis: every ``aidawork.rounds.<i>`` queue at
-every priority step (kombu keeps one list per step, ``worker.app``)."""
+every priority step (kombu keeps one list per step, ``worker.ops.celery_app``)."""
 
 from __future__ import annotations
 
 import redis
 
-from worker.app import ROUNDS_QUEUE
+from worker.ops.celery_app import ROUNDS_QUEUE
 
 
 def queued_rounds(broker: redis.Redis) -> int:

@@ -1,7 +1,7 @@
 """The worker shell without services: a ``WorkerContext`` whose store is the in-memory
 double (``tests.support.memory_store``), whose lease keeper and dispatcher are the fakes
 below, and whose engine refuses to be touched. Rounds run in the real runtime (the
-scripted model), through the real ``worker.round`` / ``worker.resume`` / ``worker.rebuild``.
+scripted model), through the real ``worker.engine.round`` / ``worker.engine.resume`` / ``worker.engine.rebuild``.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from schema.wire import OriginalToolRoundResume, RoundTask
 from schema.wire.route import Route
 from tests.support.memory_store import InMemoryStore
 from tests.support.requests import scripted_request
-from worker.bootstrap import WorkerContext
-from worker.client_context import runtime_for
-from worker.deltas import RunDelta
-from worker.resume import execute_resume
-from worker.round import execute_round
-from worker.settings import Settings
+from worker.client.context import runtime_for
+from worker.engine.bootstrap import WorkerContext
+from worker.engine.resume import execute_resume
+from worker.engine.round import execute_round
+from worker.ops.deltas import RunDelta
+from worker.ops.settings import Settings
 
 
 class EngineTouched(AssertionError):

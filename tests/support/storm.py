@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tests.support.cluster import Cluster
-from worker.failpoints import EXIT_CODE
+from worker.engine.failpoints import EXIT_CODE
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Runs suspended by a real round in-process (``worker.round.execute_round``), their inputs
+"""Runs suspended by a real round in-process (``worker.engine.round.execute_round``), their inputs
 delivered through ``worker.client``, and snapshots of every table the feature touches, so
 a test can prove that a refusal changed nothing at all."""
 
@@ -18,8 +18,8 @@ from schema.wire import OriginalToolRoundResume, RoundTask
 from tests.support.db import rows
 from tests.support.requests import PICK_COLOR, scripted_request
 from worker import client
-from worker.resume import execute_resume
-from worker.round import RoundDisposition, execute_round
+from worker.engine.resume import execute_resume
+from worker.engine.round import RoundDisposition, execute_round
 
 # Every table a round, a delivery or a resume writes (with their stable orders).
 TABLES = {

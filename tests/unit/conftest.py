@@ -21,8 +21,8 @@ def fake() -> Iterator[FakeProvider]:
 def _cli_leaves_logging_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """A command run in process (``cli.main``) would set the process's logging up for the
     tests after it (a client command at WARNING): structlog caches each logger, level
-    included, at first use, so later tests' INFO lines would vanish. worker.logging has its
+    included, at first use, so later tests' INFO lines would vanish. worker.ops.logging has its
     own tests."""
-    import worker.cli
+    import worker.cli.main
 
-    monkeypatch.setattr(worker.cli, "configure_logging", lambda *_, **__: None)
+    monkeypatch.setattr(worker.cli.main, "configure_logging", lambda *_, **__: None)

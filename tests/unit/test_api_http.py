@@ -17,7 +17,7 @@ from schema.wire import RunRequest
 from tests.support.api import TOKEN, error_of, in_process_request, no_store
 from worker.api import create_app
 from worker.api.models import RunSubmission
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 LIMIT = 4096

@@ -17,8 +17,8 @@ from structlog.testing import capture_logs
 from runtime.canonical import MAX_JSON_DEPTH, NON_FINITE, NUL_CHARACTER, TOO_DEEP, TOO_MANY_DIGITS, UNPAIRED_SURROGATE
 from tests.support.api import TOKEN, error_of, no_store
 from worker.api import create_app
-from worker.bootstrap import WorkerContext
-from worker.settings import Settings
+from worker.engine.bootstrap import WorkerContext
+from worker.ops.settings import Settings
 
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 RUN = "/v1/runs/00000000-0000-0000-0000-000000000001"

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from worker.api.auth import TokenTable
-from worker.settings import SettingsError, load_settings
+from worker.ops.settings import SettingsError, load_settings
 
 TOKEN = "tok-" + "s3cr3t" * 4
 

@@ -9,7 +9,7 @@ from uuid import UUID
 
 import pytest
 
-import worker.round as round_module
+import worker.engine.round as round_module
 from runtime.budget import (
     OWNER_BUDGET_EXCEEDED,
     SCRIPTED_OUTPUT_ESTIMATE_TOKENS,
@@ -25,7 +25,7 @@ from runtime.models.scripted import ScriptedModel
 from schema.store.budgets import BUDGET_WINDOWS_S, window_start
 from schema.wire import RoundTask
 from tests.support.shell import Shell, shell
-from worker.round import RoundDisposition
+from worker.engine.round import RoundDisposition
 
 OWNER = "team-test"  # scripted_request's default owner
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from schema.wire import RunEvent
-from worker import cli
-from worker.run_view_cli import format_event as fmt
+from worker.cli import main as cli
+from worker.cli.run_view import format_event as fmt
 
 RUN = str(uuid.UUID(int=1))
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from worker.cli import build_parser
-from worker.settings import Settings
+from worker.cli.main import build_parser
+from worker.ops.settings import Settings
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 LONG_RUNNING = ("postgres", "redis", "worker", "beat", "flower", "api")

@@ -40,7 +40,7 @@ CODE_TAKERS = {
     "refuse": 1,  # worker.api.limits: the middleware's refuse(status, code, message, field)
     "Fail": 0,  # runtime.outcomes: Fail(error_code, message), how a round fails the run
     "failed": 0,  # runtime.tools.calls: ToolOutcome.failed(code, message)
-    "_fail_run": 2,  # worker.round: _fail_run(ctx, claim, code, message, observation)
+    "_fail_run": 2,  # worker.engine.round: _fail_run(ctx, claim, code, message, observation)
     "fail_claimed_run": 3,  # schema.store.runs / worker.store: (run_id, fence, error_code, message)
 }
 CODE_KEYWORDS = frozenset({"code", "error_code"})
@@ -199,7 +199,7 @@ def test_every_member_says_what_it_means_whether_to_retry_its_status_and_its_exi
     assert member.meaning.strip() and member.meaning[0].isupper() and member.meaning.endswith("."), member.meaning
     assert isinstance(member.retryable, bool)
     assert 400 <= member.http_status <= 599
-    assert member.exit_code in (1, 2)  # what worker.cli exits with: 2 bad input, 1 anything else
+    assert member.exit_code in (1, 2)  # what worker.cli.main exits with: 2 bad input, 1 anything else
     assert member == member.value and f"{member}" == member.value  # stored and sent as the string
 
 
@@ -229,13 +229,13 @@ def _error_classes() -> list[type[AidaworkError]]:
 
 
 def _cli_input_errors() -> tuple[type[BaseException], ...]:
-    """The errors ``worker.cli`` turns into exit 2: read from its ``except`` clauses that
+    """The errors ``worker.cli.main`` turns into exit 2: read from its ``except`` clauses that
     return ``_err(..., EXIT_INPUT)``. ``OwnerLimitsInvalid`` is made an ``OwnerInputError``
-    (exit 2) by ``worker.owner_cli`` first."""
-    import worker.cli
+    (exit 2) by ``worker.cli.owner`` first."""
+    import worker.cli.main
     from schema.wire.owners import OwnerLimitsInvalid
 
-    path = Path(worker.cli.__file__)
+    path = Path(worker.cli.main.__file__)
     caught: list[type[BaseException]] = [OwnerLimitsInvalid]
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.ExceptHandler) or node.type is None:
@@ -244,7 +244,7 @@ def _cli_input_errors() -> tuple[type[BaseException], ...]:
         if not any(isinstance(r.value, ast.Call) and ast.unparse(r.value.args[-1]) == "EXIT_INPUT" for r in returns):
             continue
         names = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
-        caught.extend(getattr(worker.cli, ast.unparse(n)) for n in names)
+        caught.extend(getattr(worker.cli.main, ast.unparse(n)) for n in names)
     return tuple(caught)
 
 

@@ -16,7 +16,7 @@ SDKS = ("openai", "anthropic")
 
 def test_starting_a_process_imports_no_provider_sdk() -> None:
     code = (
-        "import sys, worker.cli, worker.tasks, worker.api.app, worker.bootstrap\n"
+        "import sys, worker.cli.main, worker.engine.tasks, worker.api.app, worker.engine.bootstrap\n"
         f"print(','.join(m for m in {SDKS!r} if m in sys.modules) or 'none')"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

@@ -13,12 +13,12 @@ from importlib.metadata import version
 import pytest
 
 from tests.support.env import REPO
-from worker import cli
-from worker.settings import Settings, SettingsError, load_settings
+from worker.cli import main as cli
+from worker.ops.settings import Settings, SettingsError, load_settings
 
 UNCAUGHT = """
 import threading, warnings
-from worker.logging import configure_logging
+from worker.ops.logging import configure_logging
 configure_logging("INFO")
 warnings.warn("a captured warning")
 thread = threading.Thread(target=lambda: 1 / 0, name="side")
@@ -93,7 +93,7 @@ def test_worker_name_and_flower_auth_settings_are_checked(monkeypatch: pytest.Mo
 def test_celerys_per_task_lines_only_at_debug() -> None:
     import logging
 
-    from worker.logging import CELERY_PER_TASK_LOGGERS, configure_logging
+    from worker.ops.logging import CELERY_PER_TASK_LOGGERS, configure_logging
 
     try:
         for level, expected in (("INFO", logging.WARNING), ("DEBUG", logging.DEBUG), ("ERROR", logging.ERROR)):

@@ -18,8 +18,8 @@ from runtime.tools import ToolArgsInvalid, ToolEffect
 from runtime.toolsets.mcp import MCP_TOOL_ERROR, McpToolError, effect_for, result_json, tool_of
 from runtime.toolsets.mcp_config import HttpServer, StdioServer, parse_mcp_servers
 from schema.wire.vocab import ToolDomain
-from worker import cli
-from worker.settings import SettingsError, get_settings, load_settings
+from worker.cli import main as cli
+from worker.ops.settings import SettingsError, get_settings, load_settings
 
 VAR = "AIDAWORK_MCP_SERVERS"
 

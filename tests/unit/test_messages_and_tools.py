@@ -87,7 +87,7 @@ def _event(seq: int, kind: str, data: dict) -> RunEvent:
 
 
 def test_format_event_renders_each_kind_on_one_line() -> None:
-    from worker.run_view_cli import format_event
+    from worker.cli.run_view import format_event
 
     calls = {
         "boundary_seq": 0,

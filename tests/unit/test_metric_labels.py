@@ -14,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from schema.wire import RoundTask
 from tests.support.observed import observed_shell, submit_openai
 from tests.support.shell import Shell
-from worker.observability.metrics import OTHER
-from worker.round import execute_round
-from worker.settings import Settings
+from worker.engine.round import execute_round
+from worker.ops.observability.metrics import OTHER
+from worker.ops.settings import Settings
 
 Series = set[tuple[str, tuple[tuple[str, str], ...]]]
 

@@ -1,4 +1,4 @@
-"""Metrics and spans of the worker shell's rounds (``worker.observability``), on the
+"""Metrics and spans of the worker shell's rounds (``worker.ops.observability``), on the
 in-memory store: the metric families as Prometheus parses them, and the spans as the
 SDK's in-memory exporter receives them (names, attributes, parents, one trace per run)."""
 
@@ -17,11 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from schema.wire import RoundTask
 from tests.support.shell import Shell, shell
-from worker.observability import Observability, Tracing
-from worker.observability.metrics import RunsCollector
-from worker.observability.tracing import run_context, traceparent
-from worker.round import RoundDisposition, execute_round
-from worker.settings import Settings
+from worker.engine.round import RoundDisposition, execute_round
+from worker.ops.observability import Observability, Tracing
+from worker.ops.observability.metrics import RunsCollector
+from worker.ops.observability.tracing import run_context, traceparent
+from worker.ops.settings import Settings
 
 ADD = [{"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]}, {"content": "5"}]
 

@@ -15,7 +15,7 @@ from tests.support.api import TOKEN, no_store
 from worker.api import create_app
 from worker.api.errors import ApiError
 from worker.api.streams import parse_last_event_id
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 
 def spec(**settings: Any) -> dict[str, Any]:
@@ -133,7 +133,7 @@ WEBHOOK_PREFIXES = "https://hooks.example.com,http://127.0.0.1:9000/hooks/"
     ],
 )
 def test_the_webhook_url_pattern_allows_what_submit_allows(url: str) -> None:
-    from worker.webhooks.policy import WebhookRefused, check_webhook_url
+    from worker.ops.webhooks.policy import WebhookRefused, check_webhook_url
 
     settings = {"webhook_urls": WEBHOOK_PREFIXES, "webhook_secret": "w" * 20}
     pattern = spec(**settings)["components"]["schemas"]["Webhook"]["properties"]["url"]["pattern"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker import cli
+from worker.cli import main as cli
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_bad_owner_flags_exit_2_naming_the_flag(
 
 
 def test_only_the_flags_given_are_changes() -> None:
-    from worker.owner_cli import changes_of
+    from worker.cli.owner import changes_of
 
     args = cli.build_parser().parse_args(["owner", "set", "team-a", "--max-running", "none", "--weight", "3"])
     assert changes_of(args) == {"max_running": None, "weight": 3}

@@ -22,9 +22,9 @@ from runtime.plugins import PluginError, Plugins, load_plugins, process_plugins
 from runtime.prepare import prepare_execution, resolve_and_run
 from runtime.tools import Tool, tool
 from tests.support.requests import scripted_request
-from worker import cli
-from worker.client_context import runtime_for
-from worker.settings import Settings, get_settings
+from worker.cli import main as cli
+from worker.client.context import runtime_for
+from worker.ops.settings import Settings, get_settings
 
 TEST_PLUGINS = Path(__file__).resolve().parent.parent / "support" / "plugins"
 EXAMPLE_TOOLS = ["append_line", "append_line_checked", "lookup_order"]

@@ -21,7 +21,7 @@ from runtime.outcomes import Fail, Finish
 from runtime.prepare import prepare_execution, resolve_and_run
 from schema.wire.retry import RetryPolicy, backoff_s
 from tests.support.providers import FakeProvider, add_then_answer
-from worker.settings import SettingsError, load_settings
+from worker.ops.settings import SettingsError, load_settings
 
 CANARY = "sk-canary-XYZ"
 

@@ -15,7 +15,7 @@ from uuid import UUID, uuid4
 import pytest
 from pydantic import SecretStr
 
-import worker.round as round_module
+import worker.engine.round as round_module
 from runtime.budget import UNLIMITED_OUTPUT_ESTIMATE_TOKENS, estimate_call_tokens, max_output_tokens
 from runtime.config import AnthropicModelConfig, OpenAIModelConfig, ScriptedModelConfig
 from runtime.context import context_chain
@@ -35,11 +35,11 @@ from schema.wire.retry import RetryPolicy
 from schema.wire.route import Route
 from tests.support.providers import FakeProvider, openai_error, openai_reply
 from tests.support.shell import shell
-from worker.rate_limit_rules import Bucket, RateLimit, RateLimitRules, parse_rate_limits
-from worker.rate_limits import MAX_COUNTDOWN_S, CallGate, GiveBack, RoundRateLimited, Sleep, next_step
-from worker.round import RoundDisposition
-from worker.settings import SettingsError, load_settings
-from worker.tasks import OnError, disposition_of
+from worker.engine.round import RoundDisposition
+from worker.engine.tasks import OnError, disposition_of
+from worker.ops.rate_limit_rules import Bucket, RateLimit, RateLimitRules, parse_rate_limits
+from worker.ops.rate_limits import MAX_COUNTDOWN_S, CallGate, GiveBack, RoundRateLimited, Sleep, next_step
+from worker.ops.settings import SettingsError, load_settings
 
 # --- the setting -----------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The worker shell of a context rebuild (``worker.rebuild``, run from ``worker.round``)
+"""The worker shell of a context rebuild (``worker.engine.rebuild``, run from ``worker.engine.round``)
 on the in-memory store: the chain reservation, the candidate and the admission, with the
 core's real rules (``runtime.rebuild``) passed in as the store takes them. The db tier
 proves the store's side (tests/db/test_rebuilds.py), the e2e tier the whole
@@ -14,8 +14,8 @@ import pytest
 from runtime.rebuild import RebuildSourceChanged
 from schema.wire import RoundTask
 from tests.support.shell import Shell, shell
-from worker import rebuild as rebuild_module
-from worker.round import execute_round
+from worker.engine import rebuild as rebuild_module
+from worker.engine.round import execute_round
 
 
 def report(i: int) -> dict[str, Any]:

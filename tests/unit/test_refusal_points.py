@@ -30,7 +30,7 @@ from tests.support.fakes import FixedModel, calls, deps_for
 from tests.support.requests import RESUME, example_request, scripted_request
 from tests.support.shapes import nested_lists, nested_objects
 from worker.client import check_delivery, check_prerequisite
-from worker.resume import parse_resumes
+from worker.engine.resume import parse_resumes
 
 
 def refusal(fn: Any, *args: Any) -> RequestInvalid:

@@ -1,5 +1,5 @@
-"""The worker shell of a resume (``worker.resume``) and of a suspension's aftermath
-(``worker.round``) on the in-memory store: no PostgreSQL, no broker. The db tier proves
+"""The worker shell of a resume (``worker.engine.resume``) and of a suspension's aftermath
+(``worker.engine.round``) on the in-memory store: no PostgreSQL, no broker. The db tier proves
 the same against the real store (tests/db/test_resume_*.py, test_deliveries.py)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from runtime.resume import ResumeRefused
 from schema.wire import RoundTask
 from tests.support.shell import Sent, shell
-from worker.resume import execute_resume
-from worker.round import RoundDisposition, execute_round
+from worker.engine.resume import execute_resume
+from worker.engine.round import RoundDisposition, execute_round
 
 READ_ONE = [{"tool_calls": [{"name": "read_files", "args": {"paths": ["notes/a.txt"]}}]}, {"content": "read"}]
 BODY_A = "alpha body: the quick brown fox"

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from worker.retention import older_than_days_arg
-from worker.settings import Settings, SettingsError, load_settings
+from worker.ops.retention import older_than_days_arg
+from worker.ops.settings import Settings, SettingsError, load_settings
 
 
 def test_retention_is_unset_by_default_and_an_empty_value_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:

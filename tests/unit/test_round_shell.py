@@ -1,4 +1,4 @@
-"""The worker shell of a round (``worker.round``) on the in-memory store, the fake lease
+"""The worker shell of a round (``worker.engine.round``) on the in-memory store, the fake lease
 keeper and the fake dispatcher: no PostgreSQL, no broker, the real runtime core (the
 scripted model). The db tier proves the same behaviours against the real store
 (tests/db/test_store.py, test_attempts.py, test_round_proofs.py); the double is kept
@@ -14,15 +14,15 @@ from uuid import UUID
 import pytest
 from sqlalchemy.exc import OperationalError
 
-import worker.round as round_module
+import worker.engine.round as round_module
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.proofs import ROUND_PROOF_INVALID
 from runtime.tools.base import ToolsetUnavailable
 from schema.store.errors import FenceLost
 from schema.wire import RoundTask
 from tests.support.shell import Sent, Shell, shell
-from worker.deltas import RunDelta
-from worker.round import CONFIG_INVALID, ROUND_ATTEMPTS_EXHAUSTED, UNSTARTED_CLAIMS_FACTOR, RoundDisposition
+from worker.engine.round import CONFIG_INVALID, ROUND_ATTEMPTS_EXHAUSTED, UNSTARTED_CLAIMS_FACTOR, RoundDisposition
+from worker.ops.deltas import RunDelta
 
 ADD = [{"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]}, {"content": "5"}]
 OTHER_HOLDER = UUID(int=7)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from worker.settings import FAILPOINTS, SettingsError, load_settings
+from worker.ops.settings import FAILPOINTS, SettingsError, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +84,7 @@ def test_known_failpoints_are_parsed_from_a_comma_separated_list(monkeypatch: py
 
 
 def test_a_failpoint_may_be_scoped_to_one_owners_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from worker import failpoints
+    from worker.engine import failpoints
 
     monkeypatch.setenv("AIDAWORK_FAILPOINTS", "after_model_call@team-poison,after_commit")
     settings = load_settings()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -1,5 +1,5 @@
 """Fair share and priorities as a routing rule (runtime.shares) and the broker's key order
-(worker.broker): which queue a round goes to, at which priority, and that every send of
+(worker.engine.broker): which queue a round goes to, at which priority, and that every send of
 the worker shell routes by the run's owner, weight and priority."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from runtime.shares import broker_priority, owner_queues, queue_index
 from schema.wire.route import Route
 from tests.support.shell import RoundTask, execute_round, shell
-from worker.broker import brpop_keys
-from worker.round import RoundDisposition
+from worker.engine.broker import brpop_keys
+from worker.engine.round import RoundDisposition
 
 RUN = UUID("00000000-0000-4000-8000-000000000001")
 
@@ -72,7 +72,7 @@ def test_a_roots_next_run_is_sent_with_its_own_priority() -> None:
 
 
 def test_the_cli_refuses_a_priority_out_of_range_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    from worker.cli import main
+    from worker.cli.main import main
 
     with pytest.raises(SystemExit) as exited:
         main(["submit", "--priority", "12", "request.json"])

@@ -16,7 +16,7 @@ from tests.support.api import TOKEN, error_of, in_process_request, no_store
 from worker.api import create_app
 from worker.api.errors import ApiError
 from worker.api.stream_tokens import StreamTokens
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 SECRET = b"s" * 32
 RUN = uuid.UUID(int=7)

@@ -25,7 +25,7 @@ from tests.support.fakes import RecordingHooks, deps_for
 from tests.support.requests import scripted_request
 from worker.api.deltas import DeltaListener
 from worker.api.streams import EventHub, follow, format_delta_sse
-from worker.deltas import MODEL_STREAM_RESTARTED, DeltaOrder, RunDelta, decode, encode
+from worker.ops.deltas import MODEL_STREAM_RESTARTED, DeltaOrder, RunDelta, decode, encode
 
 CONTENT = "The answer, after some thought,  is\nforty-two. "
 

@@ -14,7 +14,7 @@ from runtime.prepare import parse_request
 from tests.support.api import TOKEN, error_of, in_process_request
 from tests.support.requests import scripted_request
 from worker.client import request_digest
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 
 def request(**fields: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import uuid
 def test_disposition_of_maps_fence_lost_to_drop_model_unavailable_to_retry_and_others_to_none() -> None:
     from runtime.errors import ModelInputRejection, ModelUnavailable
     from schema.store.errors import FenceLost
-    from worker.tasks import OnError, disposition_of
+    from worker.engine.tasks import OnError, disposition_of
 
     assert disposition_of(FenceLost(uuid.uuid4(), 3)) is OnError.DROP
     assert disposition_of(ModelUnavailable("timeout")) is OnError.RETRY
@@ -19,7 +19,7 @@ def test_disposition_of_maps_fence_lost_to_drop_model_unavailable_to_retry_and_o
 
 def test_a_retry_is_decided_by_the_errors_own_retryable_not_by_its_type() -> None:
     from schema.wire.errors import AidaworkError
-    from worker.tasks import OnError, disposition_of
+    from worker.engine.tasks import OnError, disposition_of
 
     class SomeDependencyDown(AidaworkError):  # in no table of the task
         code = "SOME_DEPENDENCY_DOWN"
@@ -33,7 +33,7 @@ def test_a_retry_is_decided_by_the_errors_own_retryable_not_by_its_type() -> Non
 
 
 def test_a_task_retry_countdown_is_celerys_full_jitter_backoff_under_its_cap() -> None:
-    from worker.tasks import TaskRetry
+    from worker.engine.tasks import TaskRetry
 
     policy = TaskRetry(max_retries=5, retry_backoff=2, retry_backoff_max=60)
     assert {policy.countdown_s(0) for _ in range(200)} <= {0, 1, 2}

@@ -20,9 +20,9 @@ from schema.wire import RoundTask
 from tests.support.api import TOKEN, no_store
 from tests.support.observed import observed_shell, submit_openai
 from worker.api import app as api_app
-from worker.observability.tracing import Tracing
-from worker.round import execute_round
-from worker.settings import Settings
+from worker.engine.round import execute_round
+from worker.ops.observability.tracing import Tracing
+from worker.ops.settings import Settings
 
 
 def traced() -> tuple[Tracing, InMemorySpanExporter]:

@@ -21,12 +21,12 @@ from schema.wire.retry import RetryPolicy, backoff_s
 from tests.support.api import TOKEN, error_of
 from tests.support.requests import scripted_request
 from worker.api import create_app
-from worker.cli import main as cli_main
+from worker.cli.main import main as cli_main
 from worker.client import verify_webhook
-from worker.client_context import ClientContext
-from worker.settings import Settings, SettingsError, get_settings, load_settings
-from worker.webhooks.policy import WebhookRefused, check_webhook_url, parse_prefixes, retry_delay_s, url_origin
-from worker.webhooks.signature import owner_secret, signature_header, standard_secret, standard_signature_header
+from worker.client.context import ClientContext
+from worker.ops.settings import Settings, SettingsError, get_settings, load_settings
+from worker.ops.webhooks.policy import WebhookRefused, check_webhook_url, parse_prefixes, retry_delay_s, url_origin
+from worker.ops.webhooks.signature import owner_secret, signature_header, standard_secret, standard_signature_header
 
 SECRET = "whsec-0123456789abcdef"
 BODY = b'{"run_id":"r","seq":3,"kind":"run_completed","data":{},"created_at":"2026-12-01T00:00:00Z"}'

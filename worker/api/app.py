@@ -48,9 +48,9 @@ from worker.api.errors import error_response
 from worker.api.limits import BodyLimit
 from worker.api.observe import RequestSpans, install_metrics
 from worker.api.routes import router
-from worker.client_context import ClientContext, get_client_context
-from worker.observability.tracing import process_tracing
-from worker.settings import Settings, get_settings
+from worker.client.context import ClientContext, get_client_context
+from worker.ops.observability.tracing import process_tracing
+from worker.ops.settings import Settings, get_settings
 
 log = structlog.get_logger("aidawork.api")
 

@@ -1,4 +1,4 @@
-"""Live token deltas for the open event streams of one API process (``worker.deltas``).
+"""Live token deltas for the open event streams of one API process (``worker.ops.deltas``).
 
 One Redis pub/sub connection per process, pattern-subscribed to every run's delta
 channel, read by one asyncio task while at least one stream is open; each message goes
@@ -21,7 +21,7 @@ from uuid import UUID
 
 import structlog
 
-from worker.deltas import CHANNEL_PATTERN, CHANNEL_PREFIX, RunDelta, decode
+from worker.ops.deltas import CHANNEL_PATTERN, CHANNEL_PREFIX, RunDelta, decode
 
 log = structlog.get_logger("aidawork.api")
 

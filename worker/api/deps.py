@@ -16,8 +16,8 @@ from worker.api.auth import Credentials, TokenTable, authenticate
 from worker.api.deltas import DeltaHub
 from worker.api.stream_tokens import StreamTokens
 from worker.api.streams import EventHub, StreamSlots
-from worker.client_context import ClientContext
-from worker.settings import Settings
+from worker.client.context import ClientContext
+from worker.ops.settings import Settings
 
 
 @dataclass

@@ -194,7 +194,7 @@ _PROJECT = Path(__file__).resolve().parents[2]  # the repository: worker/api/err
 
 
 def raised_at(exc: BaseException) -> str:
-    """``worker/client.py:71 in resolve``: the innermost frame of this project's code in
+    """``worker/client/__init__.py:71 in resolve``: the innermost frame of this project's code in
     the exception's traceback (else the innermost frame)."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:

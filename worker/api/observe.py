@@ -2,7 +2,7 @@
 
 - ``GET /metrics`` (no token: aggregate counts only, no run or owner, every label a
   fixed set): the API's own registry, with ``aidawork_runs{status}`` read from the database on scrape, cached for
-  ``RUNS_CACHE_S`` (``worker.observability.metrics``). The round counters are the
+  ``RUNS_CACHE_S`` (``worker.ops.observability.metrics``). The round counters are the
   workers' (AIDAWORK_METRICS_PORT of each worker process).
 - With tracing on, each request is a SERVER span named by the OpenTelemetry HTTP
   conventions: ``<METHOD> <route template>`` (``http.route``), only ``<METHOD>`` when no
@@ -28,9 +28,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schema.store import telemetry
-from worker.client_context import ClientContext
-from worker.observability.metrics import RunsCollector
-from worker.observability.tracing import links_to
+from worker.client.context import ClientContext
+from worker.ops.observability.metrics import RunsCollector
+from worker.ops.observability.tracing import links_to
 
 _RUN_PATH = re.compile(r"^/v1/runs/([0-9a-fA-F-]{36})(?:/|$)")
 # The methods of HTTP's RFC 9110 and PATCH; any other is reported as _OTHER.

@@ -49,7 +49,7 @@ from runtime.models.keys import ANY_OWNER, OFFICIAL_BASE_URLS
 from runtime.plugins import process_plugins
 from runtime.tools import BUILTIN_TOOLS, Tool
 from worker.api.errors import ErrorBody
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 REF = "#/components/schemas/{model}"
 
@@ -185,7 +185,7 @@ def _no_nul(node: dict[str, Any]) -> None:
 
 # --- the run request's webhook -------------------------------------------------------------
 
-# What follows an allowed prefix: no spaces or control characters (worker.webhooks.policy).
+# What follows an allowed prefix: no spaces or control characters (worker.ops.webhooks.policy).
 _URL_REST = r"[^\s\x00-\x1f\x7f]*"
 
 

@@ -21,7 +21,7 @@ import structlog
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 log = structlog.get_logger("aidawork.api")
 

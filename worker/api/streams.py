@@ -31,7 +31,7 @@ from schema.wire import TERMINAL_EVENTS, RunEvent
 from schema.wire.errors import ErrorCode
 from worker.api.deltas import DeltaListener
 from worker.api.errors import ApiError
-from worker.deltas import DeltaOrder, RunDelta, ends_stream_of
+from worker.ops.deltas import DeltaOrder, RunDelta, ends_stream_of
 
 log = structlog.get_logger("aidawork.api")
 

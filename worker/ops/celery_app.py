@@ -23,13 +23,13 @@
   succeeded or failed. No ``task-sent`` event (``task_send_sent_event`` off): it would
   cost every round one more event publish (about 4 % of a worker's CPU per round) to say
   what ``task-received`` says a moment later; a task Flower lists is one a worker took.
-  The worker sends its task events in batches, every 0.1 s (``worker.consumer``), not one
+  The worker sends its task events in batches, every 0.1 s (``worker.engine.consumer``), not one
   message per event. The only tasks are rounds (run and resume): the reconciler is no task, it runs inside
-  ``aidawork beat`` on its timer (``worker.reconcile``), so Flower lists work, not ticks.
+  ``aidawork beat`` on its timer (``worker.engine.reconcile``), so Flower lists work, not ticks.
 - No result backend: outcomes live in PostgreSQL.
 - Fair share and priorities (``runtime.shares``): AIDAWORK_ROUND_QUEUES round queues
   (``aidawork.rounds.0`` ...), all consumed by every worker, served one message per turn
-  in rotation (``worker.broker``); a run's rounds go to its owner's queues, each send
+  in rotation (``worker.engine.broker``); a run's rounds go to its owner's queues, each send
   with the run's priority (10 priority steps: one per ``runs.priority``).
 - A task is published once, without retries, on a producer taken from the app's pool
   (``Dispatcher._send``: Celery's own message, ``create_task_message`` and
@@ -40,20 +40,20 @@
   first try that did reach the broker makes a duplicate, which its claim drops); past
   that, ``send_or_defer`` marks the run due for the reconciler's next pass, so a run moves
   again seconds after the broker is back, not after the dispatch grace.
-- A round waiting for its provider rate limit (``worker.rate_limits``) is given back and
+- A round waiting for its provider rate limit (``worker.ops.rate_limits``) is given back and
   re-sent with a ``countdown`` (``Dispatcher.round``). On the Redis transport a countdown
   is no delayed queue: the message is delivered at once, and the worker that gets it holds
   it unacknowledged in memory, on its timer, until the eta (Celery raises the prefetch
   count for each such message, so it holds no thread and blocks no other message). If that
   worker dies, the message dies with it; the run's ``dispatched_at`` was set to the eta
   when the claim was given back, so the reconciler re-sends it after the eta plus the
-  dispatch grace. Countdowns are capped (``worker.rate_limits.MAX_COUNTDOWN_S``), so a
+  dispatch grace. Countdowns are capped (``worker.ops.rate_limits.MAX_COUNTDOWN_S``), so a
   worker holds no message for long.
 - No app is built at import time: ``create_app(settings)`` builds one from the settings it
   is given, ``app_for`` keeps one per broker per process (publishing reuses its
   connections), and ``get_app()`` is this process's, from the environment, on first use
-  (``aidawork worker/beat/flower`` and ``worker.tasks``). Code sends tasks through a
-  context's ``Dispatcher`` (``worker.client_context``), bound to that context's broker.
+  (``aidawork worker/beat/flower`` and ``worker.engine.tasks``). Code sends tasks through a
+  context's ``Dispatcher`` (``worker.client.context``), bound to that context's broker.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from schema.store.leases import Due
 from schema.store.store import Store
 from schema.wire import OriginalToolRoundResume
 from schema.wire.route import MAX_PRIORITY, Route
-from worker.settings import Settings, get_settings
+from worker.ops.settings import Settings, get_settings
 
 ROUNDS_QUEUE = "aidawork.rounds"  # the prefix of the round queues' names
 RUN_ROUND_TASK = "aidawork.run_round"
@@ -105,8 +105,8 @@ def create_app(settings: Settings) -> Celery:
     app = Celery("aidawork", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
-        # kombu's Redis transport, reusing one client per channel (worker/broker.py).
-        broker_transport="worker.broker:Transport" if redis_broker(settings) else None,
+        # kombu's Redis transport, reusing one client per channel (worker/engine/broker.py).
+        broker_transport="worker.engine.broker:Transport" if redis_broker(settings) else None,
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             # No unacked copies in Redis, so no visibility timeout (see the docstring).
@@ -118,7 +118,7 @@ def create_app(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
-        worker_consumer="worker.consumer:Consumer",  # task events flushed on a timer
+        worker_consumer="worker.engine.consumer:Consumer",  # task events flushed on a timer
         task_send_sent_event=False,  # see the module's docstring
         task_publish_retry=True,
         task_publish_retry_policy=PUBLISH_RETRY_POLICY,
@@ -128,11 +128,11 @@ def create_app(settings: Settings) -> Celery:
         task_ignore_result=True,
         result_backend=None,
         task_default_queue=round_queue(0),
-        # Logging is worker.logging's (JSON lines); Celery leaves the root logger and
+        # Logging is worker.ops.logging's (JSON lines); Celery leaves the root logger and
         # stdout alone.
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
-        include=["worker.tasks"],
+        include=["worker.engine.tasks"],
     )
     return app
 
@@ -156,8 +156,8 @@ def get_app() -> Celery:
 
 
 def __getattr__(name: str) -> Celery:
-    # ``from worker.app import app``: this process's app, built when first asked for, not
-    # when the module is imported (worker.tasks registers its tasks on it).
+    # ``from worker.ops.celery_app import app``: this process's app, built when first asked for, not
+    # when the module is imported (worker.engine.tasks registers its tasks on it).
     if name == "app":
         return get_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

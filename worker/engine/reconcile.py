@@ -36,8 +36,8 @@ from schema.store.leases import due_for_dispatch
 from schema.store.limits import repair_running_counters
 from schema.store.suspensions import resume_if_ready, suspended_with_all_inputs
 from schema.store.workers import forget_old_workers
-from worker.app import send_due, send_or_defer
-from worker.client_context import ClientContext, send_woken
+from worker.client.context import ClientContext, send_woken
+from worker.ops.celery_app import send_due, send_or_defer
 
 log = structlog.get_logger("aidawork.reconcile")
 BROKER_EPOCH_KEY = "aidawork:broker-epoch"

@@ -19,12 +19,12 @@ from runtime.tools import PriorExecution, ToolContext, ToolOutcome
 from schema.store.budgets import BudgetRefused
 from schema.wire.claim import Claim
 from schema.wire.vocab import ToolStatus
-from worker import failpoints
-from worker.bootstrap import WorkerContext
-from worker.budget import refusal_error
-from worker.deltas import FLUSH_S, MODEL_STREAM_RESTARTED, RunDelta
-from worker.observability.rounds import RoundObservation
-from worker.rate_limits import CallGate
+from worker.engine import failpoints
+from worker.engine.bootstrap import WorkerContext
+from worker.engine.budget import refusal_error
+from worker.ops.deltas import FLUSH_S, MODEL_STREAM_RESTARTED, RunDelta
+from worker.ops.observability.rounds import RoundObservation
+from worker.ops.rate_limits import CallGate
 
 log = structlog.get_logger("aidawork.round")
 

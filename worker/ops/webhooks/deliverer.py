@@ -29,9 +29,9 @@ from sqlalchemy import Engine
 from schema.store import webhooks as outbox
 from schema.store.webhooks import DueDelivery, OutboxListener
 from schema.wire.vocab import WebhookStatus
-from worker.settings import Settings
-from worker.webhooks.policy import WebhookRefused, check_url_shape, check_webhook_url, retry_delay_s, url_origin
-from worker.webhooks.signature import (
+from worker.ops.settings import Settings
+from worker.ops.webhooks.policy import WebhookRefused, check_url_shape, check_webhook_url, retry_delay_s, url_origin
+from worker.ops.webhooks.signature import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
     STANDARD_ID_HEADER,

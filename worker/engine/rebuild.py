@@ -35,7 +35,7 @@ from runtime.rebuild import (
 )
 from runtime.state import RunState
 from schema.wire.claim import Claim
-from worker.bootstrap import WorkerContext
+from worker.engine.bootstrap import WorkerContext
 
 log = structlog.get_logger("aidawork.rebuild")
 

@@ -1,4 +1,8 @@
-"""The Python interface for upstream services: submit a run, read its status, follow its
+"""For upstream services in Python: the stable public client. Its functions and their
+signatures change only with a major version (the docs' Python client reference).
+May import ``worker.ops``, ``runtime`` and ``schema``; never ``worker.engine``, ``worker.api`` or ``worker.cli``.
+
+The Python interface for upstream services: submit a run, read its status, follow its
 events, cancel it, deliver what a suspended run waits for (files, a prerequisite) and
 answer its suspended calls (a client tool's result, an approval or a rejection, an
 operator's word on an unknown outcome). ``submit`` validates through
@@ -7,7 +11,7 @@ operator's word on an unknown outcome). ``submit`` validates through
 (the same ``json_problem`` rules), so bad input raises ``RequestInvalid`` naming the field
 and nothing is stored or queued.
 
-Each function takes a ``ClientContext`` (``worker.client_context``: an engine, the
+Each function takes a ``ClientContext`` (``worker.client.context``: an engine, the
 request checks, a dispatcher on its broker); without one, this process's, built from
 the environment on first use. Importing this module builds nothing."""
 
@@ -39,24 +43,24 @@ from schema.store.suspensions import Receipt
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
 from schema.wire.owners import OwnerLimits, OwnerLimitsChange, check_owner_name
 from schema.wire.vocab import ToolAnswerKind
-from worker.app import send_next_runs, send_or_defer
-from worker.client_checks import MAX_REASON_CHARS as MAX_REASON_CHARS
-from worker.client_checks import check_approval as check_approval
-from worker.client_checks import check_delivery as check_delivery
-from worker.client_checks import check_prerequisite as check_prerequisite
-from worker.client_checks import check_rejection as check_rejection
-from worker.client_checks import check_tool_call_id as check_tool_call_id
-from worker.client_checks import check_tool_result as check_tool_result
-from worker.client_context import ClientContext, get_client_context, send_woken
-from worker.deltas import DeltaOrder, DeltaSubscription, RunDelta, ends_stream_of
-from worker.observability.tracing import process_tracing, traceparent
-from worker.webhooks.policy import WebhookRefused as WebhookRefused
-from worker.webhooks.policy import check_webhook_url
+from worker.client.checks import MAX_REASON_CHARS as MAX_REASON_CHARS
+from worker.client.checks import check_approval as check_approval
+from worker.client.checks import check_delivery as check_delivery
+from worker.client.checks import check_prerequisite as check_prerequisite
+from worker.client.checks import check_rejection as check_rejection
+from worker.client.checks import check_tool_call_id as check_tool_call_id
+from worker.client.checks import check_tool_result as check_tool_result
+from worker.client.context import ClientContext, get_client_context, send_woken
+from worker.ops.celery_app import send_next_runs, send_or_defer
+from worker.ops.deltas import DeltaOrder, DeltaSubscription, RunDelta, ends_stream_of
+from worker.ops.observability.tracing import process_tracing, traceparent
+from worker.ops.webhooks.policy import WebhookRefused as WebhookRefused
+from worker.ops.webhooks.policy import check_webhook_url
 
 # For receivers of a run's webhooks (README, "Webhooks"): re-exported here.
-from worker.webhooks.signature import DELIVERY_HEADER as DELIVERY_HEADER
-from worker.webhooks.signature import SIGNATURE_HEADER as SIGNATURE_HEADER
-from worker.webhooks.signature import verify_webhook as verify_webhook
+from worker.ops.webhooks.signature import DELIVERY_HEADER as DELIVERY_HEADER
+from worker.ops.webhooks.signature import SIGNATURE_HEADER as SIGNATURE_HEADER
+from worker.ops.webhooks.signature import verify_webhook as verify_webhook
 
 log = structlog.get_logger("aidawork.client")
 

@@ -35,9 +35,9 @@ messages waited in Redis while round threads sat idle (the README, issue 9, has 
 figures). When a batch finds nothing (no backlog), the next ``PROBE_EVERY - 1`` BRPOPs
 take none, so a worker that keeps up does not pay an empty call per message. A batch's
 messages are in the worker's memory only, as any prefetched message is (no ack
-emulation, ``worker.app``).
+emulation, ``worker.ops.celery_app``).
 
-Selected in ``worker.app`` with ``broker_transport``."""
+Selected in ``worker.ops.celery_app`` with ``broker_transport``."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import os
 
 import structlog
 
-from worker.settings import get_settings
+from worker.ops.settings import get_settings
 
 EXIT_CODE = 86
 

@@ -19,9 +19,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from runtime.config import DEFAULT_KEY_REF, KEY_REF_PATTERN, check_base_url
 from runtime.models.keys import clean_key
 from runtime.toolsets.mcp_config import McpServerConfig, parse_mcp_servers
-from worker.rate_limit_rules import RateLimit, parse_rate_limits
-from worker.settings_values import ModelKeyEntry, json_setting, parse_api_tokens
-from worker.webhooks.policy import parse_prefixes
+from worker.ops.rate_limit_rules import RateLimit, parse_rate_limits
+from worker.ops.settings_values import ModelKeyEntry, json_setting, parse_api_tokens
+from worker.ops.webhooks.policy import parse_prefixes
 
 ENV_PREFIX = "AIDAWORK_"
 FAILPOINTS = frozenset(
@@ -154,7 +154,7 @@ class Settings(BaseSettings):
         default=None,
         validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
         description="The standard OpenTelemetry OTLP endpoint (read by the SDK itself); when set, traces are "
-        "exported (worker.observability.tracing).",
+        "exported (worker.ops.observability.tracing).",
     )
     otel_exporter_otlp_traces_endpoint: str | None = Field(
         default=None,
@@ -324,7 +324,7 @@ class Settings(BaseSettings):
         "which cannot send a bearer header, shows the event stream instead.",
     )
 
-    # --- webhooks (worker.webhooks; the `aidawork webhooks` process delivers them) -------
+    # --- webhooks (worker.ops.webhooks; the `aidawork webhooks` process delivers them) -------
     webhook_urls: str = Field(
         default="",
         description='URL prefixes a run\'s `"webhook": {"url": ...}` may start with, comma-separated, http:// or '
@@ -387,7 +387,7 @@ class Settings(BaseSettings):
         "then stores a new run.",
     )
 
-    # --- retention (worker.retention: beat prunes on its own; `aidawork prune` on demand) -
+    # --- retention (worker.ops.retention: beat prunes on its own; `aidawork prune` on demand) -
     retention_days: float | None = Field(
         default=None,
         gt=0,

@@ -1,19 +1,19 @@
-"""The worker's composition root: a client context (``worker.client_context``) plus the
-lease keeper, built once per worker process (``get_context``, used by ``worker.tasks``).
+"""The worker's composition root: a client context (``worker.client.context``) plus the
+lease keeper, built once per worker process (``get_context``, used by ``worker.engine.tasks``).
 The HTTP API and the client library never build one."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from worker.client_context import ClientContext, ProcessContext, build_client_context, pool_size_for
-from worker.deltas import DeltaSink, publisher_for
-from worker.leases import LeaseKeeper
-from worker.observability.metrics import serve
-from worker.observability.rounds import Observability
-from worker.observability.tracing import process_tracing
-from worker.rate_limits import RateLimiter, limiter_for
-from worker.settings import Settings
+from worker.client.context import ClientContext, ProcessContext, build_client_context, pool_size_for
+from worker.engine.leases import LeaseKeeper
+from worker.ops.deltas import DeltaSink, publisher_for
+from worker.ops.observability.metrics import serve
+from worker.ops.observability.rounds import Observability
+from worker.ops.observability.tracing import process_tracing
+from worker.ops.rate_limits import RateLimiter, limiter_for
+from worker.ops.settings import Settings
 
 __all__ = ["WorkerContext", "build_context", "get_context", "pool_size_for", "serve_metrics", "set_process_threads"]
 

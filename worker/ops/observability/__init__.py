@@ -1,4 +1,4 @@
-"""Metrics and traces, set up once per process (``worker.bootstrap`` for a worker,
+"""Metrics and traces, set up once per process (``worker.engine.bootstrap`` for a worker,
 ``worker.api.app`` for the API, ``worker.client`` for a submitting process).
 
 - ``metrics``: the Prometheus families, one registry per process, served on
@@ -6,12 +6,12 @@
   from the database, read on scrape).
 - ``tracing``: OpenTelemetry traces over OTLP/HTTP when the OTEL_* variables ask for them;
   otherwise every call is a no-op and no span is ever built.
-- ``rounds``: what one claimed round reports, fed by ``worker.round`` through the hooks
+- ``rounds``: what one claimed round reports, fed by ``worker.engine.round`` through the hooks
   the core already calls (the core imports none of this).
 """
 
-from worker.observability.metrics import RoundMetrics
-from worker.observability.rounds import Observability, RoundObservation
-from worker.observability.tracing import Tracing
+from worker.ops.observability.metrics import RoundMetrics
+from worker.ops.observability.rounds import Observability, RoundObservation
+from worker.ops.observability.tracing import Tracing
 
 __all__ = ["Observability", "RoundMetrics", "RoundObservation", "Tracing"]

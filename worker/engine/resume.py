@@ -5,7 +5,7 @@ without calling the model, once their inputs have been delivered.
 2. check every ``OriginalToolRoundResume`` strictly against it (a mismatch is a
    ``ResumeRefused``: nothing has been written);
 3. claim the run, guarded on that very suspension (fence + 1);
-4. re-run the suspended calls and commit, as any round (``worker.round.run_claimed``).
+4. re-run the suspended calls and commit, as any round (``worker.engine.round.run_claimed``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from runtime.tools import LocalFile, ToolAnswer, ToolInputs, ToolSuspension
 from schema.store.answers import Answer
 from schema.store.resumes import SuspendedCall, SuspensionMaterial
 from schema.wire import OriginalToolRoundResume
-from worker.bootstrap import WorkerContext
-from worker.round import RoundDisposition, claim_or_refuse, run_claimed
+from worker.engine.bootstrap import WorkerContext
+from worker.engine.round import RoundDisposition, claim_or_refuse, run_claimed
 
 _RESUMES = TypeAdapter(list[OriginalToolRoundResume])
 

@@ -1,5 +1,5 @@
 """The Celery tasks. Thin: validate the payload, bind the log context, call
-``worker.round``, and map errors to ack / retry / fail in one place (``disposition_of``)."""
+``worker.engine.round``, and map errors to ack / retry / fail in one place (``disposition_of``)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from runtime.errors import AidaworkError, RequestInvalid
 from runtime.resume import ResumeRefused
 from schema.store.errors import FenceLost
 from schema.wire import RoundTask
-from worker.app import RESUME_ROUND_TASK, RUN_ROUND_TASK, app, send_or_defer
-from worker.bootstrap import get_context
-from worker.logging import bind, clear
-from worker.rate_limits import RoundRateLimited
-from worker.resume import execute_resume, parse_resumes
-from worker.round import execute_round
+from worker.engine.bootstrap import get_context
+from worker.engine.resume import execute_resume, parse_resumes
+from worker.engine.round import execute_round
+from worker.ops.celery_app import RESUME_ROUND_TASK, RUN_ROUND_TASK, app, send_or_defer
+from worker.ops.logging import bind, clear
+from worker.ops.rate_limits import RoundRateLimited
 
 log = structlog.get_logger("aidawork.tasks")
 

@@ -1,5 +1,5 @@
 """What one claimed round reports: its metrics always (prometheus counters are cheap),
-its spans only when tracing is on. ``worker.round`` builds a ``RoundObservation`` right
+its spans only when tracing is on. ``worker.engine.round`` builds a ``RoundObservation`` right
 after the claim and feeds it from the hooks the core calls (``LedgerHooks``); the core
 never sees it.
 
@@ -26,9 +26,9 @@ from runtime.models.base import ModelResponse
 from runtime.outcomes import ToolInvocation
 from schema.wire.claim import Claim
 from schema.wire.vocab import ToolDomain
-from worker.observability.metrics import LabelValues, RoundMetrics
-from worker.observability.tracing import Tracing, run_context
-from worker.settings import Settings
+from worker.ops.observability.metrics import LabelValues, RoundMetrics
+from worker.ops.observability.tracing import Tracing, run_context
+from worker.ops.settings import Settings
 
 GIVEN_BACK = "given_back"  # the round raised or its dependency was unavailable: the claim was released
 RUN_FAILED = "run_failed"  # the run failed at the claim, without a round (poison, invalid config)
@@ -80,7 +80,7 @@ def request_attributes(config: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Observability:
-    """A process's metrics and tracing (``worker.bootstrap`` builds the worker's)."""
+    """A process's metrics and tracing (``worker.engine.bootstrap`` builds the worker's)."""
 
     metrics: RoundMetrics
     tracing: Tracing

@@ -40,15 +40,15 @@ from schema.wire import RoundTask
 from schema.wire.claim import Claim
 from schema.wire.errors import ErrorCode
 from schema.wire.record import Committed, RoundRecord
-from worker import failpoints
-from worker.app import send_next_runs, send_or_defer
-from worker.bootstrap import WorkerContext
-from worker.budget import park_for_budget
-from worker.ledger import LedgerHooks
-from worker.logging import bind
-from worker.observability.rounds import GIVEN_BACK, RUN_FAILED, RoundObservation
-from worker.rate_limits import RoundRateLimited, listening
-from worker.rebuild import rebuild_context
+from worker.engine import failpoints
+from worker.engine.bootstrap import WorkerContext
+from worker.engine.budget import park_for_budget
+from worker.engine.ledger import LedgerHooks
+from worker.engine.rebuild import rebuild_context
+from worker.ops.celery_app import send_next_runs, send_or_defer
+from worker.ops.logging import bind
+from worker.ops.observability.rounds import GIVEN_BACK, RUN_FAILED, RoundObservation
+from worker.ops.rate_limits import RoundRateLimited, listening
 
 log = structlog.get_logger("aidawork.round")
 

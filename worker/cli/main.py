@@ -4,9 +4,9 @@ Exit codes: 0 success; 2 bad input (invalid request, delivery, prerequisite valu
 unknown run, a refused delivery or answer), always as one ``aidawork: error:`` line naming
 the field; 1 anything else.
 
-Logging: every process logs JSON lines on stderr (``worker.logging``), at
+Logging: every process logs JSON lines on stderr (``worker.ops.logging``), at
 ``AIDAWORK_LOG_LEVEL``; client commands log warnings and errors only, their results go to
-stdout. The long-running commands (``worker.processes``: migrate, worker, beat, flower,
+stdout. The long-running commands (``worker.engine.processes``: migrate, worker, beat, flower,
 api) write nothing but JSON lines, so a refusal to start is a ``start_refused`` line
 (``error`` says why) rather than the ``aidawork: error:`` line of the client commands.
 """
@@ -30,11 +30,10 @@ from runtime.plugins import PluginError, process_plugins
 from schema.store.errors import IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire.route import MAX_PRIORITY, MIN_PRIORITY
-from worker.logging import configure_logging
-from worker.owner_cli import OwnerInputError, add_owner_parser
-from worker.processes import (
+from worker.cli.owner import OwnerInputError, add_owner_parser
+from worker.cli.run_view import cmd_status, cmd_watch
+from worker.engine.processes import (
     aidawork_version,
-    cmd_api,
     cmd_beat,
     cmd_flower,
     cmd_migrate,
@@ -42,9 +41,9 @@ from worker.processes import (
     cmd_worker,
     refuse_start,
 )
-from worker.retention import older_than_days_arg
-from worker.run_view_cli import cmd_status, cmd_watch
-from worker.settings import Settings, SettingsError, get_settings
+from worker.ops.logging import configure_logging
+from worker.ops.retention import older_than_days_arg
+from worker.ops.settings import Settings, SettingsError, get_settings
 
 EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
 # The long-running processes: nothing but JSON lines on stderr, refusals included.
@@ -221,8 +220,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from worker.client_context import engine_for
-    from worker.retention import describe, prune
+    from worker.client.context import engine_for
+    from worker.ops.retention import describe, prune
 
     settings = get_settings()
     days = args.older_than_days if args.older_than_days is not None else settings.retention_days
@@ -250,6 +249,15 @@ def _cmd_api(args: argparse.Namespace) -> int:
     if not get_settings().api_token_owners:
         return _err("AIDAWORK_API_TOKENS is not set: give it a JSON object {token: owner}", EXIT_INPUT)
     return cmd_api(args)
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    from worker.api import create_app
+    from worker.api.server import serve
+
+    settings = get_settings()
+    serve(create_app(settings), settings, host=args.host, port=args.port)
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:

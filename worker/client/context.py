@@ -5,7 +5,7 @@ A client validates a request, stores it and rings the doorbell: it needs an engi
 checks a run's config must pass (``Runtime``: the providers with the deployment's keys
 and base URLs, and the tool registry; pure, no threads, no sockets) and a
 ``Dispatcher`` on its own broker. It holds no lease keeper, registers no worker and
-never signs a round (``worker.bootstrap`` builds the worker's context on top of this).
+never signs a round (``worker.engine.bootstrap`` builds the worker's context on top of this).
 Nothing is built at import time: ``build_client_context(settings)`` builds one from
 the settings given; ``get_client_context()`` is this process's, from the environment,
 on first use."""
@@ -28,9 +28,9 @@ from runtime.models.keys import ModelKeys, NamedKey
 from runtime.plugins import process_plugins
 from schema.store.store import Store
 from schema.store.tx import make_engine
-from worker.app import Dispatcher, app_for, redis_broker, send_or_defer
-from worker.logging import configure_logging
-from worker.settings import Settings, get_settings
+from worker.ops.celery_app import Dispatcher, app_for, redis_broker, send_or_defer
+from worker.ops.logging import configure_logging
+from worker.ops.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from runtime.toolsets.mcp_sessions import McpToolset

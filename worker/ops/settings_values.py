@@ -1,5 +1,5 @@
 """The values of settings that need more than a type: JSON-valued settings, model key
-entries, API tokens. Reads nothing from the environment (``worker.settings`` does)."""
+entries, API tokens. Reads nothing from the environment (``worker.ops.settings`` does)."""
 
 from __future__ import annotations
 

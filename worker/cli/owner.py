@@ -97,8 +97,8 @@ def cmd_owner_webhook_secret(args: argparse.Namespace) -> int:
     """Prints the owner's webhook secret in both forms. It is derived from
     ``AIDAWORK_WEBHOOK_SECRET`` (nothing stored, the same every time): run it where that is
     set, and hand each owner's receivers only their own."""
-    from worker.settings import get_settings
-    from worker.webhooks.signature import owner_secret, standard_secret
+    from worker.ops.settings import get_settings
+    from worker.ops.webhooks.signature import owner_secret, standard_secret
 
     owner = check_owner(args.owner)
     master = get_settings().webhook_secret

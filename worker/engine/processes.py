@@ -1,6 +1,6 @@
 """The long-running commands of ``aidawork``: migrate, worker, beat, flower, api, webhooks.
 
-Each writes only JSON log lines (``worker.logging``): the CLI configures logging before
+Each writes only JSON log lines (``worker.ops.logging``): the CLI configures logging before
 any of these runs, Celery is told to leave logging alone (``setup_logging`` has a
 receiver) and to print no banner (``--quiet``; the banner's facts are in the
 ``worker_started`` line instead), and Tornado (Flower) is told not to add its own handler
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from worker.settings import Settings, get_settings
+from worker.ops.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -51,7 +51,7 @@ def aidawork_version() -> str:
 
 def _celery_keeps_our_logging() -> None:
     # Celery configures logging only when no receiver of setup_logging is connected; this
-    # receiver does nothing, so worker.logging's JSON handler stays the only one.
+    # receiver does nothing, so worker.ops.logging's JSON handler stays the only one.
     from celery.signals import setup_logging
 
     setup_logging.connect(_leave_logging_alone, weak=False)
@@ -153,8 +153,8 @@ def worker_node_name(name: str) -> str:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from worker.app import get_app, round_queues
-    from worker.bootstrap import get_context, serve_metrics, set_process_threads
+    from worker.engine.bootstrap import get_context, serve_metrics, set_process_threads
+    from worker.ops.celery_app import get_app, round_queues
 
     settings = get_settings()
     concurrency = args.concurrency or settings.worker_concurrency
@@ -195,8 +195,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_beat(args: argparse.Namespace) -> int:
-    from worker.client_context import build_client_context
-    from worker.reconcile import reconcile_periodically
+    from worker.client.context import build_client_context
+    from worker.engine.reconcile import reconcile_periodically
 
     # The reconciler needs the store and the broker, not the MCP servers a worker talks to.
     settings = get_settings().model_copy(update={"mcp_servers": {}})
@@ -216,7 +216,7 @@ def cmd_beat(args: argparse.Namespace) -> int:
 
 def _start_retention(engine: Engine, settings: Settings, stop: threading.Event) -> threading.Thread | None:
     """Beat's retention passes (AIDAWORK_RETENTION_DAYS), in a thread beside the reconciler."""
-    from worker.retention import prune_periodically
+    from worker.ops.retention import prune_periodically
 
     if settings.retention_days is None:
         return None
@@ -243,7 +243,7 @@ def _start_retention(engine: Engine, settings: Settings, stop: threading.Event) 
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
-    from worker.app import get_app
+    from worker.ops.celery_app import get_app
 
     settings = get_settings()
     # Flower's banner is log lines (JSON here), so it is kept, unlike Celery's printed ones.
@@ -262,18 +262,9 @@ def cmd_flower(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_api(args: argparse.Namespace) -> int:
-    from worker.api import create_app
-    from worker.api.server import serve
-
-    settings = get_settings()
-    serve(create_app(settings), settings, host=args.host, port=args.port)
-    return 0
-
-
 def cmd_webhooks(args: argparse.Namespace) -> int:
     from schema.store.tx import make_engine
-    from worker.webhooks.deliverer import Deliverer
+    from worker.ops.webhooks.deliverer import Deliverer
 
     settings = get_settings()
     if settings.webhook_secret is None:

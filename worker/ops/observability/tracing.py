@@ -6,7 +6,7 @@ the trace with an ``aidawork.submit`` span and stores its W3C ``traceparent`` wi
 span joins the run's trace from whichever worker runs it. Under a round: ``aidawork.claim``,
 ``chat <model>`` per model call (GenAI semantic conventions), ``execute_tool <name>`` per
 tool call and ``aidawork.commit``; names take the bounded metric labels
-(``worker.observability.metrics.LabelValues``), attributes the run's own names.
+(``worker.ops.observability.metrics.LabelValues``), attributes the run's own names.
 
 On only when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) or OTEL_TRACES_EXPORTER
 is set (``Settings.tracing_enabled``); the SDK reads the other OTEL_* variables itself
@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Tracer, get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from worker.settings import Settings
+from worker.ops.settings import Settings
 
 INSTRUMENTATION = "aidawork"
 _PROPAGATOR = TraceContextTextMapPropagator()

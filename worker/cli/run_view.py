@@ -153,7 +153,7 @@ def format_event(event: RunEvent) -> str:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from worker import client
-    from worker.deltas import RunDelta
+    from worker.ops.deltas import RunDelta
 
     streaming = None  # the round whose streamed text is on the current line
     for item in client.events(args.run_id, deltas=not args.no_deltas):

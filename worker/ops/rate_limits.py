@@ -8,7 +8,7 @@ per (provider, key, model) in the broker's Redis, taken from right before each m
   bucket is full and leaves it in debt, so the long-run rate still holds.
 - A round told to wait sleeps in its thread while its waits add up to at most
   ``AIDAWORK_MODEL_RATE_LIMIT_MAX_SLEEP_S``; a longer wait gives the round back
-  (``RoundRateLimited``: no attempt spent, no ledger row written) and ``worker.tasks``
+  (``RoundRateLimited``: no attempt spent, no ledger row written) and ``worker.engine.tasks``
   re-sends it with a countdown of the wait.
 - A 429 that still happens (a limit set higher than the provider's, another client on the
   same key) narrows the bucket for the whole fleet: nothing is granted until its
@@ -34,14 +34,14 @@ from runtime.errors import ModelUnavailable
 from runtime.models.limits import CallLimitKey, listening_for_rate_limits
 from schema.wire.errors import ErrorCode
 from schema.wire.route import Route
-from worker.rate_limit_rules import Bucket, RateLimitRules
-from worker.settings import Settings
+from worker.ops.rate_limit_rules import Bucket, RateLimitRules
+from worker.ops.settings import Settings
 
 log = structlog.get_logger("aidawork.rate_limits")
 
 KEY_PREFIX = "aidawork:rate:"
 # A re-sent round's countdown is capped: a countdown message is held unacknowledged, in
-# memory, by the worker that got it until its eta (worker.app), and RabbitMQ closes a
+# memory, by the worker that got it until its eta (worker.ops.celery_app), and RabbitMQ closes a
 # channel that holds one past its consumer timeout (30 min by default).
 MAX_COUNTDOWN_S = 300.0
 # A 429 without a Retry-After blocks the bucket this long.

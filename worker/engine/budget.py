@@ -10,8 +10,8 @@ import structlog
 from runtime.budget import BudgetShortfall, BudgetWaitRequired, OwnerBudgetExceeded
 from schema.store.budgets import BudgetRefused
 from schema.wire.claim import Claim
-from worker.bootstrap import WorkerContext
-from worker.observability.rounds import RoundObservation
+from worker.engine.bootstrap import WorkerContext
+from worker.ops.observability.rounds import RoundObservation
 
 log = structlog.get_logger("aidawork.round")
 

@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: help install demo test test-unit test-db test-e2e lint typecheck bench flower docs docs-serve docs-test docs-screenshots clean
+.PHONY: help install demo test test-slow test-unit test-db test-e2e lint typecheck bench flower docs docs-serve docs-test docs-screenshots clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,8 +25,15 @@ DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
 demo: install  ## migrate, start two workers and beat, run scripted runs end to end
 	$(PY) examples/demo.py
 
-test: install  ## the whole suite (unit, db, e2e); needs PostgreSQL and Redis
-	$(VENV)/bin/pytest -q
+# make test: every test but the storms, in 2 processes (pytest-xdist; a test file runs whole
+# in one of them, tests/conftest.py); make test-slow: the storms (marked slow),
+# alone, as they need the machine to themselves. Together they run the whole suite (CI runs
+# both); each prints its ten slowest tests. One test alone: $(VENV)/bin/pytest path::name.
+test: install  ## the whole suite but the storm tests (unit, db, e2e, docs), in 2 processes; needs PostgreSQL and Redis
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile -m "not slow" --durations=10
+
+test-slow: install  ## the few storm tests (marked slow: rolling kills, crash storms) that make test leaves out
+	$(VENV)/bin/pytest -q -p no:xdist -m slow --durations=10
 
 test-unit: install  ## only the in-memory tests (no services)
 	$(VENV)/bin/pytest -q tests/unit

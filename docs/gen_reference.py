@@ -11,7 +11,7 @@ import mkdocs_gen_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reference_gen import cli, errors, events, http_api, metrics, migrations, settings
+from reference_gen import cli, errors, events, http_api, metrics, migrations, packages, python_client, settings
 
 openapi = http_api.document()
 PAGES = {
@@ -22,6 +22,8 @@ PAGES = {
     "events": events.page,
     "metrics": metrics.page,
     "migrations": migrations.page,
+    "python-client": python_client.page,
+    "packages": packages.page,
 }
 
 for name, render in PAGES.items():

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runtime.canonical import JSON, digest
+from runtime.canonical import digest
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonValue
 from schema.wire.vocab import ToolDomain, ToolStatus
 
 REPEATED_IDENTICAL_TOOL_CALL = ErrorCode.REPEATED_IDENTICAL_TOOL_CALL
@@ -22,7 +23,7 @@ REPEATED_IDENTICAL_TOOL_CALL = ErrorCode.REPEATED_IDENTICAL_TOOL_CALL
 EXEMPT_DOMAINS = frozenset({ToolDomain.LOCAL, ToolDomain.DESKTOP, ToolDomain.PLUGIN})
 
 
-def fingerprint(name: str, args: JSON, result: JSON) -> str:
+def fingerprint(name: str, args: JsonValue, result: JsonValue) -> str:
     """The fingerprint of one tool call: name + normalized args + normalized result."""
     return digest({"name": name, "args": args, "result": result})
 
@@ -30,8 +31,8 @@ def fingerprint(name: str, args: JSON, result: JSON) -> str:
 @dataclass(frozen=True)
 class CountedCall:
     name: str
-    args: JSON
-    result: JSON
+    args: JsonValue
+    result: JsonValue
     domain: ToolDomain | None
     status: ToolStatus  # suspended rounds never count
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from runtime.canonical import canonical_json
 from runtime.errors import AidaworkError, ModelError
 from runtime.models.base import ModelRequest
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonObject
 
 OWNER_BUDGET_EXCEEDED = ErrorCode.OWNER_BUDGET_EXCEEDED
 # The scripted model has no output limit: its calls are estimated at this many output
@@ -42,7 +42,7 @@ def estimate_input_tokens(request: ModelRequest) -> int:
     return request.message_tokens() + _chars_to_tokens(len(request.system)) + tools
 
 
-def max_output_tokens(model_config: Any) -> int:
+def max_output_tokens(model_config: object) -> int:
     """The most a call under this model config can write: its output limit, or a
     documented default for a config without one (the scripted model, an OpenAI-compatible
     config with no ``max_tokens``)."""
@@ -82,7 +82,7 @@ class BudgetShortfall:
             f"the next model call is estimated at {self.estimate}"
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "budget_window": self.budget_window,
             "window_start": self.window_start.isoformat(),

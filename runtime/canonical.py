@@ -19,14 +19,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, TypeAlias
+from typing import TypeAlias, TypeGuard
 
 from runtime.errors import RequestInvalid
+from schema.wire.json import JsonMapping, JsonObject, JsonValue
 
-JSON = Any  # a value made of dict / list / str / int / float / bool / None
 
-
-def _normalize(value: JSON) -> JSON:
+def _normalize(value: object) -> object:
     if isinstance(value, float) and math.isfinite(value):
         # Through the float's shortest decimal form, as a JSON encoder writes it and as
         # PostgreSQL's jsonb stores it: 1e16 and 1.5e300 come back from jsonb as integers.
@@ -174,17 +173,46 @@ def require_json(value: object, field: str) -> None:
         raise RequestInvalid(problem.path, problem.reason)
 
 
-def canonical_json(value: JSON) -> str:
-    """Serialize ``value`` to its canonical JSON text (stable across processes)."""
+def canonical_json(value: object) -> str:
+    """Serialize ``value`` to its canonical JSON text (stable across processes): a JSON
+    value (a tuple is an array); anything else raises ``TypeError`` or ``ValueError``."""
     return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def digest(value: JSON) -> str:
+def digest(value: object) -> str:
     """SHA-256 hex digest of the canonical JSON of ``value``."""
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
-def chain_digest(previous: str, value: JSON) -> str:
+def chain_digest(previous: str, value: object) -> str:
     """Digest of ``value`` chained onto ``previous``: a history's digest grows by one step
     per message, so a round never re-hashes the whole conversation."""
     return hashlib.sha256(f"{previous}\n{canonical_json(value)}".encode()).hexdigest()
+
+
+def fits_json(value: object, *, max_depth: int = MAX_JSON_DEPTH) -> TypeGuard[JsonValue]:
+    """Whether ``json_problem`` finds nothing in ``value``: what the runtime stores and
+    digests (a tuple passes, as the array it encodes to)."""
+    return json_problem(value, max_depth=max_depth) is None
+
+
+# --- reading the runtime's own stored shapes ---------------------------------------------
+# What ``to_json`` wrote comes back as JSON; these read a member of the shape it has, and
+# read a member of any other shape (never written) as absent.
+
+
+def str_at(body: JsonMapping, key: str) -> str | None:
+    """``body[key]`` when it is a string, else None."""
+    value = body.get(key)
+    return value if isinstance(value, str) else None
+
+
+def object_of(value: JsonValue) -> JsonObject:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def objects_at(body: JsonMapping, key: str) -> list[JsonObject]:
+    """The objects of the array ``body[key]`` (none when it is absent)."""
+    value = body.get(key)
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
 
 from runtime.tools.base import check_parameters_schema
+from schema.wire.json import JsonObject, JsonObjectField, JsonValue
 
 MAX_SCRIPT_TURNS = 10_000
 
@@ -54,7 +55,7 @@ class Policy(_Frozen):
 
 class ScriptedToolCall(_Frozen):
     name: str = Field(min_length=1)
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: JsonObjectField = Field(default_factory=dict)
 
 
 class ScriptedTurn(_Frozen):
@@ -123,7 +124,7 @@ def check_base_url(value: str, field: str = "base_url") -> str:
     return value
 
 
-def _unset(name: str) -> dict[str, Any]:
+def _unset(name: str) -> JsonObject:
     """JSON schema: ``name`` is absent or null."""
     return {"properties": {name: {"type": "null"}}}
 
@@ -260,18 +261,22 @@ ModelConfig = Annotated[ScriptedModelConfig | OpenAIModelConfig | AnthropicModel
 
 
 TOOL_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
-_JSON_TYPES = ["string", "number", "integer", "boolean", "array", "object", "null"]
-_PROPERTY_SHAPE: dict[str, Any] = {
+_JSON_TYPES: list[JsonValue] = ["string", "number", "integer", "boolean", "array", "object", "null"]
+_PROPERTY_SHAPE: JsonObject = {
     "type": "object",
     "properties": {"type": {"enum": _JSON_TYPES}, "description": {"type": "string"}},
     "additionalProperties": False,
 }
-_PARAMETERS_SHAPE: dict[str, Any] = {
+_PARAMETERS_SHAPE: JsonObject = {
     "type": {"const": "object"},
     "properties": {"type": "object", "additionalProperties": _PROPERTY_SHAPE},
     "additionalProperties": {"type": "boolean"},
     "description": {"type": "string"},
 }
+
+
+def _no_parameters() -> JsonObject:
+    return {"type": "object", "properties": {}}
 
 
 class ClientToolSpec(_Frozen):
@@ -281,8 +286,8 @@ class ClientToolSpec(_Frozen):
 
     name: str = Field(pattern=TOOL_NAME_PATTERN)
     description: str = Field(default="", max_length=10_000)
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}},
+    parameters: JsonObjectField = Field(
+        default_factory=_no_parameters,
         description="a JSON Schema of an object (the call's args); any valid one is accepted, the document "
         "describes the common subset: a type per property",
         json_schema_extra={"properties": _PARAMETERS_SHAPE, "additionalProperties": False},
@@ -290,7 +295,7 @@ class ClientToolSpec(_Frozen):
 
     @field_validator("parameters")
     @classmethod
-    def _a_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _a_schema(cls, value: JsonObject) -> JsonObject:
         problem = check_parameters_schema(value)
         if problem is not None:
             raise ValueError(problem)
@@ -320,7 +325,6 @@ def turn_config_with(providers: Sequence[type[BaseModel]]) -> type[TurnConfig]:
     built-ins."""
     if not providers:
         return TurnConfig
-    members: tuple[Any, ...] = (ScriptedModelConfig, OpenAIModelConfig, AnthropicModelConfig, *providers)
-    union: Any = Union.__getitem__(members)
-    model_type: Any = Annotated[union, Field(discriminator="provider")]
-    return create_model("TurnConfig", __base__=TurnConfig, model=(model_type, ...))
+    members: tuple[type[BaseModel], ...] = (ScriptedModelConfig, OpenAIModelConfig, AnthropicModelConfig, *providers)
+    union: Any = Union.__getitem__(members)  # built at run time: mypy has no type form for it
+    return create_model("TurnConfig", __base__=TurnConfig, model=(union, Field(discriminator="provider")))

@@ -11,17 +11,17 @@ limit always give the same context form (and so the same context digest).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from runtime.canonical import JSON, canonical_json, chain_digest
+from runtime.canonical import canonical_json, chain_digest, objects_at
 from runtime.messages import Message
 from schema.wire.claim import LoadedMessage
+from schema.wire.json import JsonObject, JsonValue
 from schema.wire.vocab import MessageRole
 
 SLIM_EXEMPT_TOOLS = frozenset({"read_files"})
 
 
-def is_image_result(result: JSON) -> bool:
+def is_image_result(result: JsonValue) -> bool:
     if isinstance(result, dict):
         kind = result.get("type")
         mime = result.get("mime_type")
@@ -58,11 +58,16 @@ def slim_tool_results_for_next_round(message: Message, max_output_bytes: int) ->
                    is_error=message.is_error)
 
 
-def durable_local_read_context(placeholder: JSON, contents: Mapping[str, str]) -> dict[str, Any]:
+def durable_local_read_context(placeholder: JsonValue, contents: Mapping[str, str]) -> JsonObject:
     """The model's view of a durable local read: the stored placeholder (path, status,
     digest) joined with the delivered bodies from the durable store."""
-    files = placeholder.get("files", []) if isinstance(placeholder, dict) else []
-    return {"files": [{"path": f["path"], "digest": f["digest"], "content": contents.get(f["path"])} for f in files]}
+    files = objects_at(placeholder, "files") if isinstance(placeholder, dict) else []
+    return {"files": [_file_context(f, contents) for f in files]}
+
+
+def _file_context(file: JsonObject, contents: Mapping[str, str]) -> JsonObject:
+    path = file["path"]
+    return {"path": path, "digest": file["digest"], "content": contents.get(path) if isinstance(path, str) else None}
 
 
 def context_form(message: Message, max_output_bytes: int, durable_reads: Mapping[str, str] | None = None) -> Message:

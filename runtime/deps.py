@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NoReturn, Protocol
+
+from pydantic import BaseModel
 
 from runtime.budget import max_output_tokens
 from runtime.canonical import digest
-from runtime.config import ClientToolSpec, TurnConfig, turn_config_with
+from runtime.config import ClientToolSpec, ScriptedModelConfig, TurnConfig, turn_config_with
 from runtime.memory import ContextCache
-from runtime.models.base import ModelClient
+from runtime.models.base import ModelClient, ModelFactory
 from runtime.models.keys import ModelKeys
 from runtime.models.limits import call_limit_key
 from runtime.models.scripted import ScriptedModel
@@ -28,15 +30,21 @@ from runtime.tools import NeedsInput, Tool, ToolContext, ToolRegistry, ToolSuspe
 from runtime.tools.base import ToolResolver
 from schema.wire.vocab import ToolDomain
 
-__all__ = ["OrchestratorDeps"]  # re-exported: composed here, defined apart (no cycle with the cache)
-
-# Builds one run's model client from its model config and the run's owner (whose keys
-# the client may use).
-ModelFactory = Callable[[Any, str], ModelClient]
+# Re-exported: composed here, defined apart (no cycle with the cache; the factory's type is
+# the plugins' too).
+__all__ = ["ModelFactory", "OrchestratorDeps"]
 
 
-def scripted_model(config: Any, owner: str) -> ModelClient:
+def scripted_model(config: ScriptedModelConfig, owner: str) -> ModelClient:
     return ScriptedModel(config)
+
+
+class _Provider(Protocol):
+    """What a provider module's provider class makes: a factory with clients to close."""
+
+    def __call__(self, config: BaseModel, owner: str) -> ModelClient: ...
+
+    def close(self) -> None: ...
 
 
 class LazyProvider:
@@ -48,18 +56,18 @@ class LazyProvider:
     def __init__(self, module: str, name: str, keys: ModelKeys) -> None:
         self._module, self._name, self._keys = module, name, keys
         self._lock = threading.Lock()
-        self._provider: Any = None
+        self._provider: _Provider | None = None
 
     def __repr__(self) -> str:
         return f"{self._name}()"
 
-    def _load(self) -> Any:
+    def _load(self) -> _Provider:
         with self._lock:
             if self._provider is None:
                 self._provider = getattr(importlib.import_module(self._module), self._name)(self._keys)
             return self._provider
 
-    def __call__(self, config: Any, owner: str) -> ModelClient:
+    def __call__(self, config: BaseModel, owner: str) -> ModelClient:
         provider = self._provider or self._load()
         model: ModelClient = provider(config, owner)
         return model
@@ -137,7 +145,7 @@ def build_runtime(
     )
 
 
-def _ask_client(args: Any, ctx: ToolContext) -> Any:
+def _ask_client(args: object, ctx: ToolContext) -> NoReturn:
     raise NeedsInput(ToolSuspension("client_tool"))
 
 

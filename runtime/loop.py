@@ -40,9 +40,10 @@ from runtime.outcomes import (
 from runtime.proofs import OwnedRoundProjection
 from runtime.state import RunState
 from runtime.tool_calls import run_tool, with_call_projection, with_unique_call_ids
-from runtime.tools import NO_INPUTS, ToolOutcome
+from runtime.tools import NO_INPUTS
 from schema.wire import EventKind
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonValue
 from schema.wire.vocab import ANSWERED_WAITS, ToolStatus
 
 MAX_ROUNDS_EXCEEDED = ErrorCode.MAX_ROUNDS_EXCEEDED
@@ -137,10 +138,10 @@ def drive_react_loop(deps: OrchestratorDeps, state: RunState, hooks: RoundHooks 
     round_projection = _issue_round(deps, state, digests)
     invocations = []
     for call in response.tool_calls:
-        invocation, output = run_tool(deps, state, call, NO_INPUTS, hooks)
+        invocation, context = run_tool(deps, state, call, NO_INPUTS, hooks)
         if invocation.status == ToolStatus.SUSPENDED:
             invocation = with_call_projection(deps, state, invocation, round_projection.proof)
-        invocations.append((invocation, output))
+        invocations.append((invocation, context))
     closed = close_tool_round(deps, state, new, invocations, events, digests, projection=round_projection)
     return replace(closed, finish_reason=response.finish_reason)
 
@@ -201,7 +202,7 @@ def close_tool_round(
     deps: OrchestratorDeps,
     state: RunState,
     new: Appender,
-    invocations: Sequence[tuple[ToolInvocation, ToolOutcome]],
+    invocations: Sequence[tuple[ToolInvocation, JsonValue]],
     events: list[RoundEvent],
     digests: RoundDigests,
     *,
@@ -210,7 +211,7 @@ def close_tool_round(
 ) -> RoundResult:
     """Append the tool results, then decide what comes next: suspend if any call waits
     for input, else the breaker and the round limit, else continue."""
-    for invocation, output in invocations:
+    for invocation, context in invocations:
         call = invocation.call
         if invocation.status == ToolStatus.SUSPENDED:
             assert invocation.suspension is not None
@@ -225,7 +226,7 @@ def close_tool_round(
             continue
         failed = invocation.status == ToolStatus.FAILED
         new.append(tool_message(call, invocation.result, is_error=failed),
-                   tool_message(call, output.context, is_error=failed))
+                   tool_message(call, context, is_error=failed))
         completed = {"tool_call_id": call.id, "name": call.name, "status": invocation.status,
                      "result": invocation.result}
         if invocation.approval is not None:
@@ -247,7 +248,7 @@ def close_tool_round(
             fingerprint, repeat_count = verdict.fingerprint, verdict.repeat_count
             if verdict.tripped:
                 assert verdict.message is not None
-                names = sorted({i.call.name for i, _ in invocations})
+                names: list[JsonValue] = [*sorted({i.call.name for i, _ in invocations})]
                 events.append(RoundEvent(EventKind.BREAKER_TRIPPED, {"tools": names, "repeat_count": repeat_count}))
                 outcome = Fail(REPEATED_IDENTICAL_TOOL_CALL, verdict.message)
         if isinstance(outcome, Continue) and state.boundary_seq + 1 >= deps.policy.max_rounds:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
-from runtime.canonical import JSON, canonical_json
+from runtime.canonical import canonical_json, object_of, objects_at, str_at
+from schema.wire.json import JsonMapping, JsonObject, JsonValue
 from schema.wire.vocab import MessageRole
 
 Role = MessageRole
@@ -21,9 +21,9 @@ Role = MessageRole
 class ToolCall:
     id: str
     name: str
-    args: dict[str, Any]
+    args: JsonObject
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "name": self.name, "args": self.args}
 
 
@@ -36,11 +36,11 @@ class Message:
     name: str | None = None
     # Set on tool messages: the structured result as the tool returned it, and whether the
     # call failed (so a provider that has the notion is told: Anthropic's ``is_error``).
-    result: JSON = None
+    result: JsonValue = None
     is_error: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"role": self.role}
+    def to_json(self) -> JsonObject:
+        body: JsonObject = {"role": self.role}
         if self.content is not None:
             body["content"] = self.content
         if self.tool_calls:
@@ -56,15 +56,15 @@ class Message:
         return body
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> Message:
+    def from_json(cls, body: JsonMapping) -> Message:
         return cls(
-            role=MessageRole(body["role"]),
-            content=body.get("content"),
-            tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in body.get("tool_calls", ())),
-            tool_call_id=body.get("tool_call_id"),
-            name=body.get("name"),
+            role=MessageRole(str(body["role"])),
+            content=str_at(body, "content"),
+            tool_calls=tool_calls_of(body),
+            tool_call_id=str_at(body, "tool_call_id"),
+            name=str_at(body, "name"),
             result=body.get("result"),
-            is_error=body.get("is_error", False),
+            is_error=body.get("is_error") is True,
         )
 
     @cached_property
@@ -74,10 +74,16 @@ class Message:
         return (len(canonical_json(self.to_json())) + 3) // 4
 
 
+def tool_calls_of(body: JsonMapping) -> tuple[ToolCall, ...]:
+    """The ``tool_calls`` a ``to_json`` body holds (``ToolCall.to_json`` each)."""
+    calls = objects_at(body, "tool_calls")
+    return tuple(ToolCall(id=str(c["id"]), name=str(c["name"]), args=object_of(c["args"])) for c in calls)
+
+
 def user_message(text: str) -> Message:
     return Message(role=MessageRole.USER, content=text)
 
 
-def tool_message(call: ToolCall, result: JSON, *, is_error: bool = False) -> Message:
+def tool_message(call: ToolCall, result: JsonValue, *, is_error: bool = False) -> Message:
     # The result is stored once, structured; adapters render it for their provider.
     return Message(role=MessageRole.TOOL, tool_call_id=call.id, name=call.name, result=result, is_error=is_error)

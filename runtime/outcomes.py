@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from runtime.canonical import JSON
 from runtime.messages import Message, ToolCall
 from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection
 from runtime.tools import ToolAnswer, ToolSuspension
 from schema.wire import EventKind
+from schema.wire.json import JsonObject, JsonValue
 from schema.wire.vocab import ToolDomain, ToolStatus
 
 
@@ -68,7 +68,7 @@ class ToolInvocation:
     call: ToolCall
     domain: ToolDomain | None  # None: the model named a tool that is not enabled
     status: ToolStatus
-    result: JSON  # stored (None while suspended)
+    result: JsonValue  # stored (None while suspended)
     args_digest: str
     result_digest: str | None
     suspension: ToolSuspension | None = None
@@ -83,7 +83,7 @@ class ToolInvocation:
 @dataclass(frozen=True)
 class RoundEvent:
     kind: EventKind
-    data: dict[str, Any]
+    data: JsonObject
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import Any
 
 from pydantic import BaseModel
 
 from runtime.errors import AidaworkError
+from runtime.models.base import ModelFactory
 from runtime.tools import BUILTIN_TOOLS, Tool
 from runtime.tools.define import NAME_PATTERN
 from schema.wire.errors import ErrorCode
@@ -50,7 +50,7 @@ class ProviderPlugin:
 
     name: str
     config_model: type[BaseModel]
-    factory: Callable[[Any, str], Any]
+    factory: ModelFactory
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Plugins:
             self.tools.append(tool)
             self.tool_plugins[tool.name] = self._current
 
-    def provider(self, name: str, config_model: type[BaseModel], factory: Callable[[Any, str], Any]) -> None:
+    def provider(self, name: str, config_model: type[BaseModel], factory: ModelFactory) -> None:
         if name in BUILTIN_PROVIDERS or name in self.providers:
             raise PluginError(self._current, f"model provider {name!r} is already registered")
         if not callable(factory):
@@ -89,14 +89,14 @@ class Plugins:
         self.providers[name] = ProviderPlugin(name, config_model, factory)
 
 
-def _register_function(name: str, target: Any) -> Callable[[Plugins], Any]:
-    register = getattr(target, "register", None) if isinstance(target, ModuleType) else target
+def _register_function(name: str, target: object) -> Callable[[Plugins], object]:
+    register: object = getattr(target, "register", None) if isinstance(target, ModuleType) else target
     if not callable(register):
         raise PluginError(name, "has no register(plugins) function")
-    return register  # type: ignore[no-any-return]
+    return register
 
 
-def _register(plugins: Plugins, name: str, register: Callable[[Plugins], Any]) -> None:
+def _register(plugins: Plugins, name: str, register: Callable[[Plugins], object]) -> None:
     plugins._current = name
     try:
         register(plugins)
@@ -110,7 +110,7 @@ def load_plugins(names: Sequence[str], *, discover: bool = True) -> Plugins:
     """Import the plugins named (``AIDAWORK_PLUGINS``) and, with ``discover``, those of the
     ``aidawork.plugins`` entry points; each once, in that order."""
     plugins = Plugins()
-    targets: list[tuple[str, Callable[[], Any]]] = [(n, partial(importlib.import_module, n)) for n in names]
+    targets: list[tuple[str, Callable[[], object]]] = [(n, partial(importlib.import_module, n)) for n in names]
     if discover:
         targets += [(f"{ep.name} ({ep.value})", ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)]
     seen: set[int] = set()

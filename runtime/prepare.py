@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -23,6 +22,7 @@ from runtime.loop import InProcessRun, orchestrate
 from runtime.state import RunState
 from runtime.tools import ToolArgsInvalid
 from schema.wire import RunRequest
+from schema.wire.json import JsonMapping
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def invalid_from(exc: ValidationError, prefix: str = "") -> RequestInvalid:
 _EXACT_FLOAT_INTS = 2**53
 
 
-def integral_numbers(value: Any) -> Any:
+def integral_numbers(value: object) -> object:
     """``value`` with each float that is a whole number (``496.0``) as an int: JSON has one
     number type and JSON Schema calls 496.0 an integer, so a config field of type integer
     takes it (the models are strict: they refuse a string or a boolean for an int)."""
@@ -69,14 +69,14 @@ def integral_numbers(value: Any) -> Any:
     return value
 
 
-def parse_turn_config(config: Mapping[str, Any], model: type[TurnConfig] = TurnConfig) -> TurnConfig:
+def parse_turn_config(config: JsonMapping, model: type[TurnConfig] = TurnConfig) -> TurnConfig:
     try:
         return model.model_validate(integral_numbers(dict(config)))
     except ValidationError as exc:
         raise invalid_from(exc, "config") from None
 
 
-def prepare_turn(runtime: Runtime, config: Mapping[str, Any], owner: str) -> PreparedExecution:
+def prepare_turn(runtime: Runtime, config: JsonMapping, owner: str) -> PreparedExecution:
     """The run's config checked against what this process has (providers, tools, and the
     keys and base URLs ``owner`` may use), and its deps composed."""
     turn_config = parse_turn_config(config, runtime.base.turn_config)
@@ -146,13 +146,13 @@ def _json_type(value: object) -> str:
     return names.get(type(value), f"a {type(value).__name__}")
 
 
-def prepare_execution(runtime: Runtime, raw: Mapping[str, Any] | RunRequest) -> tuple[RunRequest, PreparedExecution]:
+def prepare_execution(runtime: Runtime, raw: Mapping[str, object] | RunRequest) -> tuple[RunRequest, PreparedExecution]:
     """Validate a whole run request; returns it parsed, with the run's composed deps."""
     request = parse_request(raw)
     return request, prepare_turn(runtime, request.config, request.owner)
 
 
-def resolve_and_run(runtime: Runtime, raw: Mapping[str, Any] | RunRequest) -> InProcessRun:
+def resolve_and_run(runtime: Runtime, raw: Mapping[str, object] | RunRequest) -> InProcessRun:
     """Prepare, then ``orchestrate`` every round in this process with no persistence."""
     request, prepared = prepare_execution(runtime, raw)
     return orchestrate(prepared.deps, RunState.start(request.input))

@@ -15,14 +15,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import weakref
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import NotRequired, TypedDict, Unpack
 from uuid import UUID
 
 from runtime.canonical import canonical_json
 from runtime.errors import AidaworkError
 from schema.wire.claim import StoredRound
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonObject
 
 ROUND_PROOF_INVALID = ErrorCode.ROUND_PROOF_INVALID
 
@@ -45,8 +47,8 @@ class OwnedRoundProjection:
     accepted_response_digest: str | None
     proof: str
 
-    def fields(self) -> dict[str, Any]:
-        data = asdict(self)
+    def fields(self) -> JsonObject:
+        data: JsonObject = asdict(self)
         del data["proof"]
         return data
 
@@ -69,12 +71,39 @@ class OwnedToolCallProjection:
     # (stored before it existed) must keep verifying.
     suspension_digest: str | None = None
 
-    def fields(self) -> dict[str, Any]:
-        data = asdict(self)
+    def fields(self) -> JsonObject:
+        data: JsonObject = asdict(self)
         del data["proof"]
         if data["suspension_digest"] is None:
             del data["suspension_digest"]
         return data
+
+
+class RoundFields(TypedDict):
+    """What a round's proof covers (``OwnedRoundProjection`` less its proof)."""
+
+    run_id: str
+    boundary_seq: int
+    claim_fence: int
+    system_digest: str
+    messages_digest: str
+    tools_digest: str
+    accepted_response_digest: str | None
+
+
+class ToolCallFields(TypedDict):
+    """What a suspended call's proof covers (``OwnedToolCallProjection`` less its proof)."""
+
+    run_id: str
+    boundary_seq: int
+    claim_fence: int
+    tool_call_id: str
+    tool_domain: str
+    args_digest: str
+    invocation_id: str
+    work_owner: str
+    round_proof: str
+    suspension_digest: NotRequired[str | None]
 
 
 class ProofAuthority:
@@ -86,23 +115,23 @@ class ProofAuthority:
         self._secret = secret
         self._issued: weakref.WeakSet[object] = weakref.WeakSet()
 
-    def sign(self, kind: str, fields: dict[str, Any]) -> str:
+    def sign(self, kind: str, fields: Mapping[str, object]) -> str:
         message = canonical_json({"kind": kind, "fields": fields}).encode()
         return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
 
-    def issue_round(self, **fields: Any) -> OwnedRoundProjection:
+    def issue_round(self, **fields: Unpack[RoundFields]) -> OwnedRoundProjection:
         projection = OwnedRoundProjection(**fields, proof=self.sign("round", fields))
         self._issued.add(projection)
         return projection
 
-    def issue_tool_call(self, **fields: Any) -> OwnedToolCallProjection:
+    def issue_tool_call(self, **fields: Unpack[ToolCallFields]) -> OwnedToolCallProjection:
         if fields.get("suspension_digest") is None:
             fields.pop("suspension_digest", None)
         projection = OwnedToolCallProjection(**fields, proof=self.sign("tool_call", fields))
         self._issued.add(projection)
         return projection
 
-    def verifies(self, kind: str, fields: dict[str, Any], proof: str) -> bool:
+    def verifies(self, kind: str, fields: Mapping[str, object], proof: str) -> bool:
         # Bytes: compare_digest refuses str with non-ASCII characters (a forged proof may have them).
         return hmac.compare_digest(self.sign(kind, fields).encode(), proof.encode("utf-8", "surrogatepass"))
 

@@ -26,6 +26,7 @@ from runtime.tool_calls import run_tool, with_call_projection
 from runtime.tools import ToolInputs, ToolSuspension
 from schema.wire import EventKind, OriginalToolRoundResume
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonValue
 from schema.wire.vocab import ToolStatus
 
 CHECKED_FIELDS = (
@@ -113,11 +114,11 @@ def resume_original_tool_round(
     runs = []
     for suspension in stored:
         call_inputs = inputs.get(suspension.call.id, ToolInputs())
-        invocation, output = run_tool(deps, state, suspension.call, call_inputs, hooks)
+        invocation, context = run_tool(deps, state, suspension.call, call_inputs, hooks)
         invocation = replace(invocation, resumes_invocation_id=suspension.resume.invocation_id)
         if invocation.status == ToolStatus.SUSPENDED:  # still missing input: suspend again, under this claim
             invocation = with_call_projection(deps, state, invocation, round_proof)
-        runs.append((invocation, output))
-    resumed_calls = [s.call.id for s in stored]
+        runs.append((invocation, context))
+    resumed_calls: list[JsonValue] = [s.call.id for s in stored]
     events = [RoundEvent(EventKind.ROUND_RESUMED, {"boundary_seq": state.boundary_seq, "tool_calls": resumed_calls})]
     return close_tool_round(deps, state, new, runs, events, digests, resumed=True)

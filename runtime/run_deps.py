@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import BaseModel
 
 from runtime.config import Policy
 from runtime.models.base import ModelClient
 from runtime.models.limits import CallLimitKey
 from runtime.proofs import ProofAuthority
 from runtime.tools import Tool
+from schema.wire.json import JsonObject
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class OrchestratorDeps:
     tools: Mapping[str, Tool]
     system_prompt: str
     policy: Policy
-    tool_specs: tuple[dict[str, Any], ...]
+    tool_specs: tuple[JsonObject, ...]
     system_digest: str
     tools_digest: str
     proofs: ProofAuthority
@@ -33,7 +35,7 @@ class OrchestratorDeps:
     model_name: str = "unknown"
     # The run's model config as validated (a ``ModelConfig`` or a plugin's): what the
     # calls ask for (base URL, output limit, temperature), reported on their spans.
-    model_config: Any = None
+    model_config: BaseModel | None = None
     # What the run's model calls count against in the fleet's provider rate limits (None:
     # a provider without a configured key, never limited).
     call_limit: CallLimitKey | None = None

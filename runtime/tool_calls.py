@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from uuid import UUID
 
-from runtime.canonical import MAX_RESULT_DEPTH, digest, json_problem
+from runtime.canonical import MAX_RESULT_DEPTH, digest, fits_json, json_problem
 from runtime.deps import OrchestratorDeps
 from runtime.hooks import RoundHooks
 from runtime.messages import ToolCall
@@ -28,13 +28,17 @@ from runtime.tools import (
     ToolSuspension,
     ToolTimedOut,
 )
+from runtime.tools.calls import failure_result
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonValue
 from schema.wire.vocab import ToolStatus
 
 
 def run_tool(
     deps: OrchestratorDeps, state: RunState, call: ToolCall, inputs: ToolInputs, hooks: RoundHooks
-) -> tuple[ToolInvocation, ToolOutcome]:
+) -> tuple[ToolInvocation, JsonValue]:
+    """The call's invocation, and the result as the model's context shows it (None while
+    the call is suspended)."""
     started_ns = time.time_ns()
     tool = deps.tools.get(call.name)
     if tool is None:
@@ -42,29 +46,40 @@ def run_tool(
     else:
         outcome = _tool_outcome(deps, state, tool, call, inputs, hooks)
     result_digest = None
+    result: JsonValue = None
+    context: JsonValue = None
     if outcome.status != ToolStatus.SUSPENDED:
         try:
-            bad = json_problem(outcome.result, "result", max_depth=MAX_RESULT_DEPTH) or json_problem(
-                outcome.context, "result", max_depth=MAX_RESULT_DEPTH
-            )
-            if bad is not None:
-                raise ValueError(str(bad))
-            result_digest = digest(outcome.result)
+            result, context = _checked(outcome)
+            result_digest = digest(result)
         except (ValueError, TypeError) as exc:  # ... or not JSON at all
-            outcome = ToolOutcome.failed(ErrorCode.TOOL_RESULT_INVALID, f"the tool's result cannot be stored: {exc}")
-            result_digest = digest(outcome.result)
+            failure = failure_result(ErrorCode.TOOL_RESULT_INVALID, f"the tool's result cannot be stored: {exc}")
+            outcome, result, context = ToolOutcome(ToolStatus.FAILED, failure, failure), failure, failure
+            result_digest = digest(result)
     invocation = ToolInvocation(
         call=call,
         domain=tool.domain if tool else None,
         status=outcome.status,
-        result=outcome.result,
+        result=result,
         args_digest=digest(call.args),
         result_digest=result_digest,
         suspension=outcome.suspension,
         approval=inputs.approval,
     )
     hooks.tool_call_done(invocation, started_ns)
-    return invocation, outcome
+    return invocation, context
+
+
+def _checked(outcome: ToolOutcome) -> tuple[JsonValue, JsonValue]:
+    """The outcome's result and context, or ``ValueError`` naming the first thing in them
+    that cannot be stored."""
+    result, context = outcome.result, outcome.context
+    if fits_json(result, max_depth=MAX_RESULT_DEPTH) and fits_json(context, max_depth=MAX_RESULT_DEPTH):
+        return result, context
+    bad = json_problem(result, "result", max_depth=MAX_RESULT_DEPTH) or json_problem(
+        context, "result", max_depth=MAX_RESULT_DEPTH
+    )
+    raise ValueError(str(bad))
 
 
 TOOL_REJECTED = ErrorCode.TOOL_REJECTED

@@ -11,6 +11,13 @@ Tiers, selected by path or by marker (each test is marked by the folder it is in
   against real PostgreSQL, Redis and worker processes (tests/docs/blocks.py).
 
 When ``CI`` is set, a missing PostgreSQL or Redis fails the tests instead of skipping.
+
+Two tiers of time (``make test``, ``make test-slow``): the few storm tests are marked
+``slow`` and only ``make test-slow`` runs them, alone; ``make test`` runs the rest with
+pytest-xdist (``-n 2 --dist loadfile``). Each xdist worker has its own Redis database
+(tests/support/env.py), PostgreSQL template and port block (tests/support/api.py); a test
+file goes to one worker whole, so its module-scoped fixtures (the docs tier's stack, a built
+site) are built once and its tests run in the order they are written.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from schema.store.tx import make_engine
+from tests.support import docs_summary
 from tests.support.env import PG_BASE, admin_engine, make_context, unavailable
 from tests.support.fakes import RecordingBroker
 
@@ -38,6 +46,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = Path(item.path).parent.name
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+
+
+# The docs tier's summary, printed by the process that reports (the xdist controller, which
+# loads this conftest but not tests/docs/conftest.py).
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    docs_summary.record(report)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    docs_summary.write(terminalreporter)
 
 
 @pytest.fixture(scope="session")

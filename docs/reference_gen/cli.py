@@ -1,91 +1,92 @@
-"""Reference of the ``aidawork`` command line, walked from its argparse parser
-(``worker.cli.main.build_parser``): every command and subcommand, its help and usage, and each
-argument with its help, default and choices."""
+"""Reference of the ``aidawork`` command line, walked from the Click command tree that
+``aidawork --help`` prints (``typer.main.get_command(worker.cli.main.app)``): every command
+and subcommand, its help and usage, and each argument and option with its help, default and
+choices, named as ``--help`` names them."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterator
+from enum import Enum
+
+import typer
+from typer._click import Command, Context, Parameter
 
 from reference_gen import cell, code, header, table
 
 WIDTH = 100  # usage lines wrap at this width, whatever the terminal of the build is
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
-    # argparse has no public API to walk a parser: its actions (``_actions``), the
-    # subparsers of a subcommand action (``choices``) and their help (``_choices_actions``)
-    # are the only record of what was added.
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
-            for name, sub in action.choices.items():
-                yield name, helps.get(name, ""), sub
+def _subcommands(ctx: Context) -> Iterator[Context]:
+    """The context of each subcommand of ``ctx``'s command, in the order of ``--help``."""
+    commands: dict[str, Command] = getattr(ctx.command, "commands", {})
+    for name, command in commands.items():
+        if not command.hidden:
+            yield Context(command, info_name=name, parent=ctx)
 
 
-def _choices(action: argparse.Action) -> str:
-    if action.choices is None or isinstance(action, argparse._SubParsersAction):
-        return ""
-    if isinstance(action.choices, range) and action.choices.step == 1:
-        return f"{action.choices.start}-{action.choices.stop - 1}"
-    return ", ".join(str(c) for c in action.choices)
+def _choices(param: Parameter) -> str:
+    described = getattr(param, "type_descriptor", None)  # Typer's: what the annotation allows
+    if described is not None and described.is_choice:
+        return ", ".join(str(c.value if isinstance(c, Enum) else c) for c in described.choices)
+    low, high = getattr(param, "min", None), getattr(param, "max", None)
+    return f"{low}-{high}" if low is not None and high is not None else ""
 
 
-def _default(action: argparse.Action) -> str:
-    if action.required or not action.option_strings:
+def _default(param: Parameter) -> str:
+    if param.required:
         return "required"
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
-        return "off" if action.default is False else "on"
-    if action.default is None or action.default == argparse.SUPPRESS:
-        return ""
-    return code(action.default)
+    if getattr(param, "is_flag", False):
+        return "on" if param.default else "off"
+    return "" if param.default is None else code(param.default)
 
 
-def _arguments(parser: argparse.ArgumentParser) -> str:
+def _arguments(ctx: Context) -> str:
     rows = []
-    for action in parser._actions:
-        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+    for param in ctx.command.params:
+        record = param.get_help_record(ctx)
+        if record is None:  # hidden
             continue
-        if action.option_strings:
-            name = ", ".join(action.option_strings)
-            if action.nargs != 0:
-                name += f" {action.metavar or action.dest.upper()}"
-        else:
-            name = str(action.metavar or action.dest).upper()
-        if isinstance(action, argparse._AppendAction):
-            name += " (repeatable)"
-        rows.append([code(name), _default(action), code(_choices(action)), cell(action.help or "")])
+        name = record[0] + (" (repeatable)" if param.multiple else "")
+        rows.append([code(name), _default(param), code(_choices(param)), cell(getattr(param, "help", None) or "")])
     return table(["argument", "default", "choices", "meaning"], rows) if rows else ""
 
 
-def _usage(parser: argparse.ArgumentParser) -> str:
-    parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=WIDTH)
-    return parser.format_usage().removeprefix("usage: ").strip()
+def _usage(ctx: Context) -> str:
+    return ctx.command.get_usage(ctx).removeprefix("Usage: ").strip()
 
 
-def _command(path: str, help_text: str, parser: argparse.ArgumentParser, level: int) -> str:
-    text = f"{'#' * level} `{path}`\n\n"
-    if help_text:
-        text += f"{help_text[0].upper()}{help_text[1:]}.\n\n" if not help_text.endswith(".") else f"{help_text}\n\n"
-    text += f"```text\n{_usage(parser)}\n```\n\n"
-    args = _arguments(parser)
+def _help(ctx: Context) -> str:
+    text = " ".join((ctx.command.help or "").split())
+    if not text:
+        return ""
+    return f"{text[0].upper()}{text[1:]}" + ("" if text.endswith(".") else ".")
+
+
+def _command(ctx: Context, level: int) -> str:
+    text = f"{'#' * level} `{ctx.command_path}`\n\n"
+    if ctx.command.help:
+        text += f"{_help(ctx)}\n\n"
+    text += f"```text\n{_usage(ctx)}\n```\n\n"
+    args = _arguments(ctx)
     if args:
         text += args + "\n"
-    for name, sub_help, sub in _subcommands(parser):
-        text += _command(f"{path} {name}", sub_help, sub, min(level + 1, 4))
+    for sub in _subcommands(ctx):
+        text += _command(sub, min(level + 1, 4))
     return text
 
 
 def page() -> str:
     import worker.cli.main
-    from worker.cli.main import build_parser
 
-    parser = build_parser()
+    root = Context(typer.main.get_command(worker.cli.main.app), info_name="aidawork", terminal_width=WIDTH)
     # The module's docstring past its first line says what every command shares: exit
     # codes and logging.
     shared = (worker.cli.main.__doc__ or "").split("\n", 1)[-1].strip().replace("``", "`")
-    text = header("CLI", "`worker.cli.main.build_parser` (with `worker.cli.owner`)", f"{parser.description}\n\n{shared}")
-    text += f"```text\n{_usage(parser)}\n```\n\n" + _arguments(parser) + "\n"
-    for name, help_text, sub in _subcommands(parser):
-        text += _command(f"aidawork {name}", help_text, sub, 2)
+    every = "Every command also takes `-h`, `--help`: its usage, arguments and options, as on this page."
+    text = header(
+        "CLI", "`worker.cli.main.app` (its commands' `--help`)", f"{root.command.help}\n\n{shared}\n\n{every}"
+    )
+    text += f"```text\n{_usage(root)}\n```\n\n" + _arguments(root) + "\n"
+    for sub in _subcommands(root):
+        text += _command(sub, 2)
     return text

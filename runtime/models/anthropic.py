@@ -20,7 +20,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import anthropic
+import httpx2
+from pydantic import BaseModel
 
+from runtime.canonical import object_of
 from runtime.config import AnthropicModelConfig
 from runtime.errors import ModelOutputTruncated, ModelRefused
 from runtime.messages import Message, ToolCall
@@ -31,6 +34,7 @@ from runtime.models.provider_errors import ModelResponseInvalid, error_fields
 from runtime.models.replies import HttpReply
 from runtime.models.scrub import ScrubbedDeltas, scrub
 from runtime.models.transport import DEFAULT_RETRY, ClientCache
+from schema.wire.json import JsonObject, JsonValue
 from schema.wire.retry import RetryPolicy
 
 PROVIDER = "anthropic"
@@ -40,45 +44,45 @@ SAMPLING = frozenset({"temperature", "top_p"})
 OVERFLOW_PHRASES = ("prompt is too long", "exceed context limit", "context window")
 
 
-def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+def _blocks(message: Message) -> tuple[str, list[JsonObject]]:
     if message.role == "tool":
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        block: JsonObject = {"type": "tool_result", "tool_use_id": message.tool_call_id}
         text = tool_result_text(message)
         if text:
             block["content"] = text
         if message.is_error:
             block["is_error"] = True
         return "user", [block]
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    blocks: list[JsonObject] = [{"type": "text", "text": message.content}] if message.content else []
     if message.role == "assistant":
         blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.args} for c in message.tool_calls]
     return message.role, blocks
 
 
-def to_anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def to_anthropic_messages(messages: tuple[Message, ...]) -> list[JsonObject]:
+    merged: list[tuple[str, list[JsonValue]]] = []
     for message in messages:
         role, blocks = _blocks(message)
         if not blocks:  # the API refuses empty content; an empty message says nothing
             continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
+        if merged and merged[-1][0] == role:
+            merged[-1][1].extend(blocks)
         else:
-            out.append({"role": role, "content": blocks})
-    return out
+            merged.append((role, [*blocks]))
+    return [{"role": role, "content": blocks} for role, blocks in merged]
 
 
-def to_anthropic_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+def to_anthropic_tools(tools: tuple[JsonObject, ...]) -> list[JsonValue]:
     return [
         {"name": t["name"], "description": t.get("description", ""), "input_schema": t["parameters"]} for t in tools
     ]
 
 
-def messages_request_body(config: AnthropicModelConfig, request: ModelRequest) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def messages_request_body(config: AnthropicModelConfig, request: ModelRequest) -> JsonObject:
+    body: JsonObject = {
         "model": config.name,
         "max_tokens": config.max_tokens,
-        "messages": to_anthropic_messages(request.messages),
+        "messages": [*to_anthropic_messages(request.messages)],
     }
     if request.system:
         body["system"] = request.system
@@ -91,18 +95,20 @@ def messages_request_body(config: AnthropicModelConfig, request: ModelRequest) -
     return body
 
 
-def parse_messages_response(body: Any) -> ModelResponse:
+def parse_messages_response(body: JsonValue) -> ModelResponse:
     content = body.get("content") if isinstance(body, dict) else None
-    if not isinstance(content, list):
+    if not isinstance(body, dict) or not isinstance(content, list):
         raise ModelResponseInvalid(f"{PROVIDER}: the response has no content list")
     stop = body.get("stop_reason")
     finish_reason = stop if isinstance(stop, str) and stop else None
     texts: list[str] = []
     calls: list[ToolCall] = []
     for i, block in enumerate(content):
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
+        if not isinstance(block, dict):
+            continue
+        kind, text = block.get("type"), block.get("text")
+        if kind == "text" and isinstance(text, str):
+            texts.append(text)
         elif kind == "tool_use":
             call_id, name, args = block.get("id"), block.get("name"), block.get("input")
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
@@ -117,7 +123,7 @@ def parse_messages_response(body: Any) -> ModelResponse:
                 )
             calls.append(ToolCall(call_id, name, args))
         # thinking and other block types are not part of the conversation we keep
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    usage = object_of(body.get("usage"))
     input_tokens = sum(
         token_count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
@@ -136,7 +142,7 @@ def parse_messages_response(body: Any) -> ModelResponse:
     )
 
 
-def assemble_message_events(events: Iterable[dict[str, Any]], deltas: ScrubbedDeltas) -> dict[str, Any]:
+def assemble_message_events(events: Iterable[JsonObject], deltas: ScrubbedDeltas) -> JsonObject:
     """Streamed Messages events (``message_start``, ``content_block_start`` /
     ``content_block_delta`` / ``content_block_stop``, ``message_delta``,
     ``message_stop``) as the one message the non-streaming call answers: text deltas
@@ -145,28 +151,29 @@ def assemble_message_events(events: Iterable[dict[str, Any]], deltas: ScrubbedDe
     stop reason and usage of ``message_delta``. A stream with no event, or that ends
     without a ``message_delta`` stop reason and ``message_stop``, was cut short:
     ``ModelResponseInvalid``."""
-    kinds: set[Any] = set()
-    message: dict[str, Any] = {}
-    blocks: dict[int, dict[str, Any]] = {}
+    kinds: set[object] = set()
+    message: JsonObject = {}
+    blocks: dict[int, JsonObject] = {}
     inputs: dict[int, list[str]] = {}
     for event in events:
         kind = event.get("type")
         kinds.add(kind)
-        index = event.get("index")
-        if kind == "message_start" and isinstance(event.get("message"), dict):
-            message = dict(event["message"])
-        elif kind == "content_block_start" and isinstance(index, int) and isinstance(event.get("content_block"), dict):
-            blocks[index] = dict(event["content_block"])
-        elif kind == "content_block_delta" and isinstance(index, int) and isinstance(event.get("delta"), dict):
+        index, delta = event.get("index"), event.get("delta")
+        started, block, usage = event.get("message"), event.get("content_block"), event.get("usage")
+        if kind == "message_start" and isinstance(started, dict):
+            message = dict(started)
+        elif kind == "content_block_start" and isinstance(index, int) and isinstance(block, dict):
+            blocks[index] = dict(block)
+        elif kind == "content_block_delta" and isinstance(index, int) and isinstance(delta, dict):
             _add_delta(blocks.setdefault(index, {"type": "text", "text": ""}), inputs.setdefault(index, []),
-                       event["delta"], deltas)
+                       delta, deltas)
         elif kind == "message_delta":
-            if isinstance(event.get("delta"), dict) and event["delta"].get("stop_reason"):
-                message["stop_reason"] = event["delta"]["stop_reason"]
-            if isinstance(event.get("usage"), dict):
-                usage = dict(message.get("usage") or {})
-                usage.update({k: v for k, v in event["usage"].items() if v is not None})
-                message["usage"] = usage
+            if isinstance(delta, dict) and delta.get("stop_reason"):
+                message["stop_reason"] = delta["stop_reason"]
+            if isinstance(usage, dict):
+                merged = dict(object_of(message.get("usage")))
+                merged.update({k: v for k, v in usage.items() if v is not None})
+                message["usage"] = merged
     deltas.flush()
     _require_ended(kinds, message)
     for index, parts in inputs.items():
@@ -180,7 +187,7 @@ def assemble_message_events(events: Iterable[dict[str, Any]], deltas: ScrubbedDe
     return message
 
 
-def _require_ended(kinds: set[Any], message: dict[str, Any]) -> None:
+def _require_ended(kinds: set[object], message: JsonObject) -> None:
     if not kinds:
         raise ModelResponseInvalid(f"{PROVIDER}: the stream carried no event")
     if not message.get("stop_reason") or "message_stop" not in kinds:
@@ -189,12 +196,16 @@ def _require_ended(kinds: set[Any], message: dict[str, Any]) -> None:
         raise ModelResponseInvalid(f"{PROVIDER}: the stream ended without {' and '.join(missing)}")
 
 
-def _add_delta(block: dict[str, Any], inputs: list[str], delta: dict[str, Any], deltas: ScrubbedDeltas) -> None:
-    if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
-        block["text"] = block.get("text", "") + delta["text"]
-        deltas.push(delta["text"])
-    elif delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
-        inputs.append(delta["partial_json"])
+def _add_delta(block: JsonObject, inputs: list[str], delta: JsonObject, deltas: ScrubbedDeltas) -> None:
+    kind, text, partial = delta.get("type"), delta.get("text"), delta.get("partial_json")
+    if kind == "text_delta" and isinstance(text, str):
+        current = block.get("text", "")
+        if not isinstance(current, str):
+            raise TypeError(f'can only concatenate str (not "{type(current).__name__}") to str')
+        block["text"] = current + text
+        deltas.push(text)
+    elif kind == "input_json_delta" and isinstance(partial, str):
+        inputs.append(partial)
 
 
 def is_context_overflow(reply: HttpReply) -> bool:
@@ -206,10 +217,10 @@ def is_context_overflow(reply: HttpReply) -> bool:
     return any(phrase in message.lower() for phrase in OVERFLOW_PHRASES)
 
 
-class AnthropicModel(HttpModel):
+class AnthropicModel(HttpModel[AnthropicModelConfig]):
     provider = PROVIDER
 
-    def headers(self, token: str | None) -> dict[str, Any]:
+    def headers(self, token: str | None) -> dict[str, object]:
         # The API version our mapping is written for, pinned (not the SDK's default).
         return {
             "anthropic-version": ANTHROPIC_VERSION,
@@ -217,19 +228,20 @@ class AnthropicModel(HttpModel):
             "Authorization": anthropic.Omit(),
         }
 
-    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+    def request_body(self, request: ModelRequest) -> JsonObject:
         return messages_request_body(self._config, request)
 
-    def send(self, client: Any, body: dict[str, Any], timeout_s: float) -> Any:
+    def send(self, client: Any, body: JsonObject, timeout_s: float) -> httpx2.Response:
         # The SDK's typed params of this API version carry no sampling parameters (newer
         # models refuse them); where the config sets one, it goes as an extra field.
         typed = {k: v for k, v in body.items() if k not in SAMPLING}
         extra = {k: v for k, v in body.items() if k in SAMPLING}
-        return client.messages.with_raw_response.create(
+        response: httpx2.Response = client.messages.with_raw_response.create(
             **typed, extra_body=extra or None, timeout=timeout_s
         ).http_response
+        return response
 
-    def stream(self, client: Any, body: dict[str, Any], timeout_s: float, deltas: ScrubbedDeltas) -> dict[str, Any]:
+    def stream(self, client: Any, body: JsonObject, timeout_s: float, deltas: ScrubbedDeltas) -> JsonObject:
         typed = {k: v for k, v in body.items() if k not in SAMPLING}
         extra = {k: v for k, v in body.items() if k in SAMPLING}
         events = client.messages.create(**typed, stream=True, extra_body=extra or None, timeout=timeout_s)
@@ -238,10 +250,10 @@ class AnthropicModel(HttpModel):
             # Scrubbed whole, not per event: a piece of a key split across two would
             # leave a tail too short to be recognised on its own (the deltas scrub themselves).
             assembled = assemble_message_events((e.to_dict() for e in events), deltas)
-            answer: dict[str, Any] = scrub(assembled, self._secrets)
+            answer: JsonObject = scrub(assembled, self._secrets)
             return answer
 
-    def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
+    def parse(self, body: JsonValue, request: ModelRequest) -> ModelResponse:
         return parse_messages_response(body)
 
     def is_context_overflow(self, reply: HttpReply) -> bool:
@@ -259,7 +271,7 @@ class AnthropicProvider:
     def __repr__(self) -> str:
         return "AnthropicProvider()"
 
-    def __call__(self, config: Any, owner: str) -> AnthropicModel:
+    def __call__(self, config: BaseModel, owner: str) -> AnthropicModel:
         if not isinstance(config, AnthropicModelConfig):
             raise TypeError(f"AnthropicProvider needs an AnthropicModelConfig, not {type(config).__name__}")
         key = self._keys.resolve(PROVIDER, config.api_key_ref, config.base_url, owner)

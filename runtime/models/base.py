@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runtime.canonical import digest
-from runtime.messages import Message, ToolCall
+from runtime.canonical import digest, str_at
+from runtime.messages import Message, ToolCall, tool_calls_of
+from schema.wire.json import JsonMapping, JsonObject
 from schema.wire.vocab import MessageRole
 
 
@@ -21,7 +22,7 @@ from schema.wire.vocab import MessageRole
 class ModelRequest:
     system: str
     messages: tuple[Message, ...]
-    tools: tuple[dict[str, Any], ...]
+    tools: tuple[JsonObject, ...]
     # Chain digest of ``messages``, maintained incrementally by the caller.
     messages_digest: str
     # Which round of the run this call serves (0-based); the same on a re-executed round.
@@ -61,20 +62,20 @@ class ModelResponse:
     response_id: str | None = field(default=None, compare=False)
     response_model: str | None = field(default=None, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"content": self.content, "tool_calls": [c.to_json() for c in self.tool_calls]}
+    def to_json(self) -> JsonObject:
+        body: JsonObject = {"content": self.content, "tool_calls": [c.to_json() for c in self.tool_calls]}
         if self.finish_reason is not None:
             body["finish_reason"] = self.finish_reason
         return body
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> ModelResponse:
+    def from_json(cls, body: JsonMapping) -> ModelResponse:
         """The response ``to_json`` stored (the model-call ledger keeps it), with the same
         digest; usage is not part of it (the call's usage is on its ledger row)."""
         return cls(
-            content=body["content"],
-            tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], args=c["args"]) for c in body["tool_calls"]),
-            finish_reason=body.get("finish_reason"),
+            content=str_at(body, "content"),
+            tool_calls=tool_calls_of(body),
+            finish_reason=str_at(body, "finish_reason"),
         )
 
     def digest(self) -> str:
@@ -84,7 +85,7 @@ class ModelResponse:
         return Message(role=MessageRole.ASSISTANT, content=self.content, tool_calls=self.tool_calls)
 
 
-def reported_str(value: Any) -> str | None:
+def reported_str(value: object) -> str | None:
     """A provider's id or model name as reported, when it is a non-empty string (bounded:
     a trace attribute, not a place for whatever a broken server sends)."""
     return value[:256] if isinstance(value, str) and value else None
@@ -94,3 +95,9 @@ class ModelClient(Protocol):
     """One call, one response. Implementations must be safe to call from many threads."""
 
     def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+
+# Builds one run's model client from its model config and the run's owner (whose keys the
+# client may use). The config is the provider's own model (``ScriptedModelConfig``, a
+# plugin's): a factory takes that one, so the parameter cannot be narrower than ``Any``.
+ModelFactory = Callable[[Any, str], ModelClient]

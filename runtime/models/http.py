@@ -11,10 +11,13 @@ the adapter.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+import httpx2
+
 from runtime.canonical import canonical_json
+from runtime.config import _HttpModelConfig
 from runtime.messages import Message, ToolCall
 from runtime.models.base import ModelRequest, ModelResponse
 from runtime.models.keys import ModelKeyMissing, ResolvedKey
@@ -22,6 +25,9 @@ from runtime.models.provider_errors import ModelResponseInvalid, typed_error
 from runtime.models.replies import HttpReply, reply_of
 from runtime.models.scrub import ScrubbedDeltas, scrub, scrub_text
 from runtime.models.transport import ClientCache, StatusError, call_within_budget
+from schema.wire.json import JsonObject, JsonValue
+
+ConfigT = TypeVar("ConfigT", bound=_HttpModelConfig)
 
 
 def scrub_response(response: ModelResponse, secrets: tuple[str, ...]) -> ModelResponse:
@@ -37,7 +43,7 @@ def scrub_response(response: ModelResponse, secrets: tuple[str, ...]) -> ModelRe
     return replace(response, content=content, tool_calls=calls)
 
 
-class HttpModel:
+class HttpModel(Generic[ConfigT]):
     """One run's client for an HTTP provider: the call through the provider's SDK, the
     key header, the typed errors and the scrubbing, shared by the adapters. A subclass
     names its ``provider``, maps the request and the response, and makes the SDK call
@@ -47,7 +53,7 @@ class HttpModel:
 
     provider: ClassVar[str]
 
-    def __init__(self, config: Any, key: ResolvedKey, clients: ClientCache, secrets: tuple[str, ...]) -> None:
+    def __init__(self, config: ConfigT, key: ResolvedKey, clients: ClientCache, secrets: tuple[str, ...]) -> None:
         self._config = config
         self._key = key
         self._clients = clients
@@ -57,27 +63,30 @@ class HttpModel:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self._config.name!r}, base_url={self._config.base_url!r})"
 
-    def headers(self, token: str | None) -> dict[str, Any]:
+    def headers(self, token: str | None) -> dict[str, object]:
         """The client's headers, the key's among them (``Omit()``: remove the SDK's)."""
         raise NotImplementedError
 
     def sdk_base_url(self) -> str:
         return str(self._config.base_url).rstrip("/")
 
-    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+    def request_body(self, request: ModelRequest) -> JsonObject:
         raise NotImplementedError
 
-    def send(self, client: Any, body: dict[str, Any], timeout_s: float) -> Any:
+    # ``client``: the SDK client of the provider (``ClientCache``), called with the body
+    # as its keyword arguments (``**body``: the SDK's typed params are not what mypy sees
+    # in a JSON object).
+    def send(self, client: Any, body: JsonObject, timeout_s: float) -> httpx2.Response:
         """The SDK call; returns the raw HTTP response (``with_raw_response``)."""
         raise NotImplementedError
 
-    def stream(self, client: Any, body: dict[str, Any], timeout_s: float, deltas: ScrubbedDeltas) -> dict[str, Any]:
+    def stream(self, client: Any, body: JsonObject, timeout_s: float, deltas: ScrubbedDeltas) -> JsonObject:
         """The SDK's streaming call: hands each text delta to ``deltas`` and returns the
         events assembled into the body the non-streaming call would have answered, each
         event scrubbed as it arrives."""
         raise NotImplementedError
 
-    def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
+    def parse(self, body: JsonValue, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError
 
     def is_context_overflow(self, reply: HttpReply) -> bool:
@@ -89,6 +98,7 @@ class HttpModel:
         client = self._clients.get(self.sdk_base_url(), self.headers(self._key.header_value()))
         body = self.request_body(request)
         on_delta = request.on_delta
+        answer: JsonValue
         try:
             if on_delta is None:
                 raw = call_within_budget(
@@ -128,7 +138,12 @@ class HttpModel:
         return scrub_response(response, self._secrets)
 
 
-def require_event_stream(stream: Any, provider: str, secrets: tuple[str, ...]) -> None:
+class _Streamed(Protocol):
+    @property
+    def response(self) -> httpx2.Response: ...
+
+
+def require_event_stream(stream: _Streamed, provider: str, secrets: tuple[str, ...]) -> None:
     """A streamed call's answer must be an SSE stream: the SDKs read any body as one and
     find no event in a JSON document (a mock server's example, a proxy's page), which
     would be assembled into an empty answer."""
@@ -150,5 +165,5 @@ def tool_result_text(message: Message) -> str:
     return result if isinstance(result, str) else canonical_json(result)
 
 
-def token_count(value: Any) -> int:
+def token_count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

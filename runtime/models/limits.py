@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -33,15 +32,18 @@ class CallLimitKey:
     max_output_tokens: int  # the output part of a call's estimate (runtime.budget)
 
 
-def call_limit_key(provider: str, config: Any, max_output_tokens: int) -> CallLimitKey | None:
+def call_limit_key(provider: str, config: object, max_output_tokens: int) -> CallLimitKey | None:
     """The limit key of a run's model calls, or None when its provider has no configured
     key at all (the scripted model; a plugin provider whose config has no ``api_key_ref``).
     ``max_output_tokens``: the output part of each call's estimate, the one its budget
     reservation uses (``runtime.budget.max_output_tokens``)."""
-    if not hasattr(config, "api_key_ref") or not isinstance(getattr(config, "name", None), str):
+    if not hasattr(config, "api_key_ref"):
         return None
-    ref = config.api_key_ref
-    return CallLimitKey(provider, ref if isinstance(ref, str) else None, config.name, max_output_tokens)
+    name = getattr(config, "name", None)
+    if not isinstance(name, str):
+        return None
+    ref = getattr(config, "api_key_ref", None)
+    return CallLimitKey(provider, ref if isinstance(ref, str) else None, name, max_output_tokens)
 
 
 # --- the provider's 429s, reported to the caller ------------------------------------------

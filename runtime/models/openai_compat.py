@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
+import httpx2
 import openai
+from pydantic import BaseModel
 
+from runtime.canonical import object_of
 from runtime.config import OpenAIModelConfig
 from runtime.errors import ModelContentFiltered, ModelOutputTruncated, ModelRefused, ModelToolCallUnsupported
 from runtime.messages import Message, ToolCall
@@ -31,6 +35,7 @@ from runtime.models.provider_errors import ModelResponseInvalid, error_fields
 from runtime.models.replies import HttpReply
 from runtime.models.scrub import ScrubbedDeltas, scrub
 from runtime.models.transport import DEFAULT_RETRY, ClientCache
+from schema.wire.json import JsonObject, JsonValue
 from schema.wire.retry import RetryPolicy
 
 PROVIDER = "openai"
@@ -45,22 +50,15 @@ OVERFLOW_PHRASES = (
 )
 
 
-def to_openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+def to_openai_messages(system: str, messages: tuple[Message, ...]) -> list[JsonObject]:
+    out: list[JsonObject] = [{"role": "system", "content": system}] if system else []
     for m in messages:
         if m.role == "user":
             out.append({"role": "user", "content": m.content or ""})
         elif m.role == "assistant":
-            entry: dict[str, Any] = {"role": "assistant", "content": m.content}
+            entry: JsonObject = {"role": "assistant", "content": m.content}
             if m.tool_calls:
-                entry["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(c.args, ensure_ascii=False)},
-                    }
-                    for c in m.tool_calls
-                ]
+                entry["tool_calls"] = [_tool_call(c) for c in m.tool_calls]
             elif m.content is None:
                 entry["content"] = ""
             out.append(entry)
@@ -69,7 +67,15 @@ def to_openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[
     return out
 
 
-def to_openai_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+def _tool_call(call: ToolCall) -> JsonObject:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": json.dumps(call.args, ensure_ascii=False)},
+    }
+
+
+def to_openai_tools(tools: tuple[JsonObject, ...]) -> list[JsonValue]:
     return [
         {
             "type": "function",
@@ -79,8 +85,9 @@ def to_openai_tools(tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
     ]
 
 
-def chat_request_body(config: OpenAIModelConfig, request: ModelRequest) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": config.name, "messages": to_openai_messages(request.system, request.messages)}
+def chat_request_body(config: OpenAIModelConfig, request: ModelRequest) -> JsonObject:
+    messages: list[JsonValue] = [*to_openai_messages(request.system, request.messages)]
+    body: JsonObject = {"model": config.name, "messages": messages}
     if request.tools:  # OpenAI refuses an empty tools list
         body["tools"] = to_openai_tools(request.tools)
     limit = config.output_limit()
@@ -91,11 +98,11 @@ def chat_request_body(config: OpenAIModelConfig, request: ModelRequest) -> dict[
     return body
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_arguments(raw: Any, call_id: str, name: str) -> dict[str, Any]:
+def parse_arguments(raw: JsonValue, call_id: str, name: str) -> JsonObject:
     """A tool call's arguments: a JSON object, sent as a string (the API) or, by some
     servers, already as an object. Empty means no arguments."""
     if isinstance(raw, dict):
@@ -118,54 +125,38 @@ def parse_arguments(raw: Any, call_id: str, name: str) -> dict[str, Any]:
     return args
 
 
-def _text(content: Any) -> str | None:
+def _text(content: JsonValue) -> str | None:
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts, from some compatible servers
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict)) or None
+        texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return "".join(t for t in texts if isinstance(t, str)) or None
     raise ModelResponseInvalid(f"{PROVIDER}: the message content is a {type(content).__name__}, not text")
 
 
-def parse_chat_response(body: Any, round_index: int) -> ModelResponse:
+def parse_chat_response(body: JsonValue, round_index: int) -> ModelResponse:
     """The first choice as a response, its ending handled: a refusal, a content filter,
     a custom tool call and a tool call cut off mid-arguments raise; ``length`` otherwise
     is reported on ``finish_reason`` (``runtime.models.endings`` decides)."""
-    choices = body.get("choices") if isinstance(body, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+    if not isinstance(body, dict):
         raise ModelResponseInvalid(f"{PROVIDER}: the response has no choices")
-    message = choices[0].get("message")
+    choices = body.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(choice, dict):
+        raise ModelResponseInvalid(f"{PROVIDER}: the response has no choices")
+    message = choice.get("message")
     if not isinstance(message, dict):
         raise ModelResponseInvalid(f"{PROVIDER}: the first choice has no message")
-    finish = choices[0].get("finish_reason")
+    finish = choice.get("finish_reason")
     finish_reason = finish if isinstance(finish, str) and finish else None
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
         raise ModelRefused(f"{PROVIDER}: the model refused: {refusal[:500]}")
     if finish_reason == "content_filter":
         raise ModelContentFiltered(f"{PROVIDER}: the provider's content filter stopped the answer")
-    calls = []
-    for i, raw in enumerate(message.get("tool_calls") or ()):
-        if isinstance(raw, dict) and raw.get("type") not in (None, "function"):
-            name = raw.get("custom", {}).get("name") if isinstance(raw.get("custom"), dict) else None
-            raise ModelToolCallUnsupported(
-                f"{PROVIDER}: tool call {raw.get('id') or i} ({name or '?'}) is of type {str(raw.get('type'))[:40]!r}; "
-                "only function tool calls are supported"
-            )
-        function = raw.get("function") if isinstance(raw, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
-            raise ModelResponseInvalid(f"{PROVIDER}: tool call {i} has no function name")
-        call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else f"call_{round_index}_{i}"
-        try:
-            args = parse_arguments(function.get("arguments"), call_id, function["name"])
-        except ModelResponseInvalid as exc:
-            if finish_reason == "length":
-                raise ModelOutputTruncated(
-                    f"{PROVIDER}: tool call {call_id} ({function['name']}) was cut off by the token limit "
-                    "mid-arguments (length)"
-                ) from None
-            raise exc
-        calls.append(ToolCall(call_id, function["name"], args))
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    raw_calls = _items(message.get("tool_calls"))
+    calls = [_parsed_call(raw, i, round_index, finish_reason) for i, raw in enumerate(raw_calls)]
+    usage = object_of(body.get("usage"))
     return ModelResponse(
         content=_text(message.get("content")),
         tool_calls=tuple(calls),
@@ -179,7 +170,65 @@ def parse_chat_response(body: Any, round_index: int) -> ModelResponse:
     )
 
 
-def assemble_chat_chunks(chunks: Iterable[dict[str, Any]], deltas: ScrubbedDeltas) -> dict[str, Any]:
+def _items(value: JsonValue) -> list[JsonValue]:
+    """What a loop over ``value or ()`` visits: an array's items, an object's keys, a
+    string's characters (none for a false value)."""
+    if not value:
+        return []
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict | str):
+        return list(value)
+    raise TypeError(f"'{type(value).__name__}' object is not iterable")
+
+
+def _parsed_call(raw: JsonValue, i: int, round_index: int, finish_reason: str | None) -> ToolCall:
+    if isinstance(raw, dict) and raw.get("type") not in (None, "function"):
+        custom = raw.get("custom")
+        name = custom.get("name") if isinstance(custom, dict) else None
+        raise ModelToolCallUnsupported(
+            f"{PROVIDER}: tool call {raw.get('id') or i} ({name or '?'}) is of type {str(raw.get('type'))[:40]!r}; "
+            "only function tool calls are supported"
+        )
+    function = raw.get("function") if isinstance(raw, dict) else None
+    function_name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(raw, dict) or not isinstance(function, dict) or not isinstance(function_name, str):
+        raise ModelResponseInvalid(f"{PROVIDER}: tool call {i} has no function name")
+    if not function_name:
+        raise ModelResponseInvalid(f"{PROVIDER}: tool call {i} has no function name")
+    raw_id = raw.get("id")
+    call_id = raw_id if isinstance(raw_id, str) and raw_id else f"call_{round_index}_{i}"
+    try:
+        args = parse_arguments(function.get("arguments"), call_id, function_name)
+    except ModelResponseInvalid as exc:
+        if finish_reason == "length":
+            raise ModelOutputTruncated(
+                f"{PROVIDER}: tool call {call_id} ({function_name}) was cut off by the token limit "
+                "mid-arguments (length)"
+            ) from None
+        raise exc
+    return ToolCall(call_id, function_name, args)
+
+
+@dataclass
+class _CallSlot:
+    """A streamed tool call as its pieces arrive."""
+
+    id: str | None = None
+    type: str = "function"
+    name: str = ""
+    arguments: str = ""
+    custom: JsonObject | None = None
+
+    def to_json(self) -> JsonObject:
+        function: JsonObject = {"name": self.name, "arguments": self.arguments}
+        body: JsonObject = {"id": self.id, "type": self.type, "function": function}
+        if self.custom is not None:
+            body["custom"] = self.custom
+        return body
+
+
+def assemble_chat_chunks(chunks: Iterable[JsonObject], deltas: ScrubbedDeltas) -> JsonObject:
     """Streamed ``chat.completion.chunk``s (``data: {...}`` lines up to ``data: [DONE]``)
     as the one response the non-streaming call answers: the first choice's content and
     refusal deltas joined (content handed to ``deltas`` as it arrives), tool calls
@@ -189,37 +238,39 @@ def assemble_chat_chunks(chunks: Iterable[dict[str, Any]], deltas: ScrubbedDelta
     seen = 0
     content: list[str] = []
     refusal: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    finish: Any = None
-    usage: Any = None
-    first: dict[str, Any] = {}
+    calls: dict[int, _CallSlot] = {}
+    finish: JsonValue = None
+    usage: JsonValue = None
+    first: JsonObject = {}
     for chunk in chunks:
         seen += 1
         first = first or chunk  # every chunk repeats the response's id and model
         if isinstance(chunk.get("usage"), dict):
             usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
+        for choice in _items(chunk.get("choices")):
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             raw = choice.get("delta")
-            delta: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            if isinstance(delta.get("content"), str):
-                content.append(delta["content"])
-                deltas.push(delta["content"])
-            if isinstance(delta.get("refusal"), str):
-                refusal.append(delta["refusal"])
-            for piece in delta.get("tool_calls") or ():
+            delta: JsonObject = raw if isinstance(raw, dict) else {}
+            text = delta.get("content")
+            if isinstance(text, str):
+                content.append(text)
+                deltas.push(text)
+            refused = delta.get("refusal")
+            if isinstance(refused, str):
+                refusal.append(refused)
+            for piece in _items(delta.get("tool_calls")):
                 if isinstance(piece, dict):
                     _add_call_piece(calls, piece)
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
     deltas.flush()
     _require_finished(seen, finish)
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content else None}
+    message: JsonObject = {"role": "assistant", "content": "".join(content) if content else None}
     if refusal:
         message["refusal"] = "".join(refusal)
     if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        message["tool_calls"] = [calls[i].to_json() for i in sorted(calls)]
     return {
         "id": first.get("id"),
         "model": first.get("model"),
@@ -228,29 +279,30 @@ def assemble_chat_chunks(chunks: Iterable[dict[str, Any]], deltas: ScrubbedDelta
     }
 
 
-def _require_finished(chunks: int, finish: Any) -> None:
+def _require_finished(chunks: int, finish: JsonValue) -> None:
     if not chunks:
         raise ModelResponseInvalid(f"{PROVIDER}: the stream carried no chunk")
     if not finish:
         raise ModelResponseInvalid(f"{PROVIDER}: the stream ended without a finish reason ({chunks} chunks)")
 
 
-def _add_call_piece(calls: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:
+def _add_call_piece(calls: dict[int, _CallSlot], piece: JsonObject) -> None:
     index = piece.get("index", len(calls))
-    slot = calls.setdefault(index if isinstance(index, int) else len(calls),
-                            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-    if isinstance(piece.get("id"), str) and piece["id"]:
-        slot["id"] = piece["id"]
-    if isinstance(piece.get("type"), str):
-        slot["type"] = piece["type"]
-    if isinstance(piece.get("custom"), dict):
-        slot["custom"] = piece["custom"]
+    slot = calls.setdefault(index if isinstance(index, int) else len(calls), _CallSlot())
+    piece_id, piece_type, custom = piece.get("id"), piece.get("type"), piece.get("custom")
+    if isinstance(piece_id, str) and piece_id:
+        slot.id = piece_id
+    if isinstance(piece_type, str):
+        slot.type = piece_type
+    if isinstance(custom, dict):
+        slot.custom = custom
     raw = piece.get("function")
-    function: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    if isinstance(function.get("name"), str):
-        slot["function"]["name"] += function["name"]
-    if isinstance(function.get("arguments"), str):
-        slot["function"]["arguments"] += function["arguments"]
+    function: JsonObject = raw if isinstance(raw, dict) else {}
+    name, arguments = function.get("name"), function.get("arguments")
+    if isinstance(name, str):
+        slot.name += name
+    if isinstance(arguments, str):
+        slot.arguments += arguments
 
 
 def is_context_overflow(reply: HttpReply) -> bool:
@@ -263,23 +315,24 @@ def is_context_overflow(reply: HttpReply) -> bool:
     return any(phrase in text for phrase in OVERFLOW_PHRASES)
 
 
-class OpenAICompatModel(HttpModel):
+class OpenAICompatModel(HttpModel[OpenAIModelConfig]):
     provider = PROVIDER
 
-    def headers(self, token: str | None) -> dict[str, Any]:
+    def headers(self, token: str | None) -> dict[str, object]:
         return {"Authorization": openai.Omit() if token is None else f"Bearer {token}"}
 
-    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+    def request_body(self, request: ModelRequest) -> JsonObject:
         return chat_request_body(self._config, request)
 
-    def send(self, client: Any, body: dict[str, Any], timeout_s: float) -> Any:
+    def send(self, client: Any, body: JsonObject, timeout_s: float) -> httpx2.Response:
         # No key (a local server): the SDK wants the header omitted per call, in so many words.
         no_key = {"Authorization": openai.Omit()} if self._key.value is None else None
-        return client.chat.completions.with_raw_response.create(
+        response: httpx2.Response = client.chat.completions.with_raw_response.create(
             **body, extra_headers=no_key, timeout=timeout_s
         ).http_response
+        return response
 
-    def stream(self, client: Any, body: dict[str, Any], timeout_s: float, deltas: ScrubbedDeltas) -> dict[str, Any]:
+    def stream(self, client: Any, body: JsonObject, timeout_s: float, deltas: ScrubbedDeltas) -> JsonObject:
         no_key = {"Authorization": openai.Omit()} if self._key.value is None else None
         chunks = client.chat.completions.create(
             **body, stream=True, stream_options={"include_usage": True}, extra_headers=no_key, timeout=timeout_s
@@ -288,10 +341,10 @@ class OpenAICompatModel(HttpModel):
             require_event_stream(chunks, PROVIDER, self._secrets)
             # Scrubbed whole, not per chunk: a piece of a key split across two would
             # leave a tail too short to be recognised on its own (the deltas scrub themselves).
-            answer: dict[str, Any] = scrub(assemble_chat_chunks((c.to_dict() for c in chunks), deltas), self._secrets)
+            answer: JsonObject = scrub(assemble_chat_chunks((c.to_dict() for c in chunks), deltas), self._secrets)
             return answer
 
-    def parse(self, body: Any, request: ModelRequest) -> ModelResponse:
+    def parse(self, body: JsonValue, request: ModelRequest) -> ModelResponse:
         return parse_chat_response(body, request.round_index)
 
     def is_context_overflow(self, reply: HttpReply) -> bool:
@@ -311,7 +364,7 @@ class OpenAIProvider:
     def __repr__(self) -> str:
         return "OpenAIProvider()"
 
-    def __call__(self, config: Any, owner: str) -> OpenAICompatModel:
+    def __call__(self, config: BaseModel, owner: str) -> OpenAICompatModel:
         if not isinstance(config, OpenAIModelConfig):
             raise TypeError(f"OpenAIProvider needs an OpenAIModelConfig, not {type(config).__name__}")
         key = self._keys.resolve(PROVIDER, config.api_key_ref, config.base_url, owner)

@@ -9,11 +9,11 @@ internal service's page) are never echoed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from runtime.errors import ModelError, ModelInputRejection
 from runtime.models.replies import HttpReply
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonValue
 
 MAX_PROVIDER_MESSAGE_CHARS = 200
 
@@ -44,7 +44,7 @@ def error_fields(reply: HttpReply) -> tuple[str, str, str]:
     "code"}`` (vLLM), ``{"error": "text"}`` (Ollama). Empty strings when the body is not
     such an object: a non-JSON body is never read for a message."""
     body = reply.body
-    inner: Any = body.get("error", body) if isinstance(body, dict) else None
+    inner: JsonValue = body.get("error", body) if isinstance(body, dict) else None
     if isinstance(inner, str):
         return "", "", inner
     if isinstance(inner, dict):

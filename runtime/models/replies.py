@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+
+import httpx2
 
 from runtime.models.scrub import scrub, scrub_text
+from schema.wire.json import JsonValue
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,7 @@ class HttpReply:
     and the body text (for error messages), scrubbed."""
 
     status: int
-    body: Any
+    body: JsonValue
     text: str
     should_retry: str | None = None  # the server's x-should-retry header
 
@@ -28,7 +30,7 @@ class HttpReply:
         return 200 <= self.status <= 299
 
 
-def reply_of(response: Any, secrets: tuple[str, ...]) -> HttpReply:
+def reply_of(response: httpx2.Response, secrets: tuple[str, ...]) -> HttpReply:
     """The reply as it enters the system: scrubbed of every configured key, text and
     decoded body alike (a key written with JSON escapes reappears only once decoded)."""
     try:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import Any
+from typing import overload
+
+from schema.wire.json import JsonObject, JsonValue
 
 REDACTED = "[redacted]"
 # Shorter pieces occur in ordinary text by chance (``sk-proj-``, ``-openai-``); eight
@@ -87,27 +89,44 @@ def scrub_text(text: str, secrets: Iterable[str]) -> str:
     return _redact(text, spans) if spans else text
 
 
-def scrub(value: Any, secrets: tuple[str, ...]) -> Any:
-    """``value`` (a decoded JSON value) with every secret removed from every string.
-    Iterative, so a deeply nested answer cannot exhaust the stack."""
+@overload
+def scrub(value: JsonObject, secrets: tuple[str, ...]) -> JsonObject: ...
+
+
+@overload
+def scrub(value: JsonValue, secrets: tuple[str, ...]) -> JsonValue: ...
+
+
+def scrub(value: JsonValue, secrets: tuple[str, ...]) -> JsonValue:
+    """``value`` (a decoded JSON value) with every secret removed from every string: of
+    the same shape (an object stays one; a tuple becomes a list), made of fresh objects
+    and lists. Iterative, so a deeply nested answer cannot exhaust the stack."""
     if not secrets:
         return value
-    root: list[Any] = [value]
-    stack: list[tuple[Any, Any]] = [(root, 0)]
+    root = _scrubbed(value, secrets)
+    stack: list[JsonValue] = [root]
     while stack:
-        parent, slot = stack.pop()
-        item = parent[slot]
-        if isinstance(item, str):
-            parent[slot] = scrub_text(item, secrets)
-        elif isinstance(item, dict):
-            fresh = {scrub_text(str(k), secrets): v for k, v in item.items()}
-            parent[slot] = fresh
-            stack.extend((fresh, k) for k in fresh)
-        elif isinstance(item, (list, tuple)):
-            items = list(item)
-            parent[slot] = items
-            stack.extend((items, i) for i in range(len(items)))
-    return root[0]
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, item in node.items():  # values replaced, keys kept: no resize
+                node[key] = _scrubbed(item, secrets)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            node[:] = [_scrubbed(item, secrets) for item in node]
+            stack.extend(node)
+    return root
+
+
+def _scrubbed(item: JsonValue, secrets: tuple[str, ...]) -> JsonValue:
+    """``item`` scrubbed: a string; or a fresh object (keys scrubbed) or list, whose members
+    are still to be scrubbed."""
+    if isinstance(item, str):
+        return scrub_text(item, secrets)
+    if isinstance(item, dict):
+        return {scrub_text(str(k), secrets): v for k, v in item.items()}
+    if isinstance(item, list | tuple):
+        return list(item)
+    return item
 
 
 class ScrubbedDeltas:

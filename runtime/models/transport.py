@@ -64,7 +64,7 @@ class _Budgeted:
 
     _aidawork_provider: str
 
-    def _send_request(self, request: Any, **kwargs: Any) -> Any:
+    def _send_request(self, request: httpx2.Request, **kwargs: object) -> httpx2.Response:
         budget = _budget.get()
         if budget is not None:
             remaining = budget.deadline - time.monotonic()
@@ -75,9 +75,12 @@ class _Budgeted:
                 request.extensions["timeout"] = {
                     k: remaining if v is None else min(v, remaining) for k, v in timeout.items()
                 }
-        return super()._send_request(request, **kwargs)  # type: ignore[misc]
+        response: httpx2.Response = super()._send_request(request, **kwargs)  # type: ignore[misc]
+        return response
 
-    def _calculate_retry_timeout(self, remaining_retries: int, options: Any, response_headers: Any = None) -> float:
+    def _calculate_retry_timeout(
+        self, remaining_retries: int, options: object, response_headers: httpx2.Headers | None = None
+    ) -> float:
         budget = _budget.get()
         computed: float = super()._calculate_retry_timeout(  # type: ignore[misc]
             remaining_retries, options, response_headers
@@ -87,7 +90,9 @@ class _Budgeted:
         attempt = options.get_max_retries(self.max_retries) - remaining_retries + 1  # type: ignore[attr-defined]
         return backoff_s(attempt, budget.retry)
 
-    def _sleep_for_retry(self, *, retries_taken: int, max_retries: int, options: Any, response: Any) -> None:
+    def _sleep_for_retry(
+        self, *, retries_taken: int, max_retries: int, options: object, response: httpx2.Response | None
+    ) -> None:
         remaining_retries = max_retries - retries_taken
         if response is not None and response.status_code == 429:
             report_rate_limited(response.headers)  # the fleet's limit narrows before this thread waits
@@ -120,7 +125,8 @@ class Anthropic(_Budgeted, anthropic.Anthropic):
     pass
 
 
-SDK_CLASSES: Mapping[str, type[Any]] = {"openai": OpenAI, "anthropic": Anthropic}
+SdkClient = OpenAI | Anthropic
+SDK_CLASSES: Mapping[str, type[OpenAI] | type[Anthropic]] = {"openai": OpenAI, "anthropic": Anthropic}
 
 
 class ClientCache:
@@ -132,10 +138,10 @@ class ClientCache:
     def __init__(self, provider: str, retry: RetryPolicy = DEFAULT_RETRY) -> None:
         self.provider = provider
         self.retry = retry
-        self._clients: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
+        self._clients: dict[tuple[str, tuple[tuple[str, str | None], ...]], SdkClient] = {}
         self._lock = threading.Lock()
 
-    def get(self, base_url: str, headers: Mapping[str, Any]) -> Any:
+    def get(self, base_url: str, headers: Mapping[str, object]) -> SdkClient:
         cache_key = (base_url, tuple(sorted((k, v if isinstance(v, str) else None) for k, v in headers.items())))
         client = self._clients.get(cache_key)
         if client is None:
@@ -146,7 +152,9 @@ class ClientCache:
                     self._clients[cache_key] = client
         return client
 
-    def _build(self, base_url: str, headers: dict[str, Any]) -> Any:
+    def _build(self, base_url: str, headers: dict[str, Any]) -> SdkClient:
+        # ``headers`` holds the SDK's ``Omit()`` where a header is removed: the SDKs take it
+        # in ``default_headers``, whose annotation (``Mapping[str, str]``) does not say so.
         http = httpx2.Client(
             limits=httpx2.Limits(max_connections=200, max_keepalive_connections=50), follow_redirects=False
         )

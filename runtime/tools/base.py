@@ -14,17 +14,16 @@ import asyncio
 import concurrent.futures
 import inspect
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from jsonschema import Draft202012Validator
 from jsonschema import SchemaError as InvalidSchema
 from jsonschema import ValidationError as SchemaError
 from pydantic import BaseModel, ValidationError
 
-from runtime.canonical import JSON
 from runtime.errors import AidaworkError, ToolFailed
 from runtime.tools.calls import (
     NeedsInput,
@@ -32,6 +31,7 @@ from runtime.tools.calls import (
     ToolOutcome,
 )
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonMapping, JsonObject
 from schema.wire.retry import RetryPolicy, backoff_s
 from schema.wire.vocab import ToolDomain
 
@@ -84,8 +84,21 @@ class ToolTimedOut(Exception):
     says why, when it is not the tool's timeout)."""
 
 
-Handler = Callable[[Any, ToolContext], Any]
-Verify = Callable[[Any, ToolContext], Any]
+# A handler takes the args as its tool parses them (``Tool.parse_args``: an instance of its
+# ``args_model``, whichever model that is, or a dict) and returns the result: a JSON value
+# or a ``ToolOutput``, or an awaitable of one. ``run_tool`` checks what it returns.
+Handler = Callable[[Any, ToolContext], object]
+Verify = Handler
+ToolArgs = BaseModel | JsonObject
+
+
+class ToolOptions(TypedDict, total=False):
+    """The optional fields of a ``Tool``, as ``Tool.of_model`` takes them."""
+
+    effect: ToolEffect
+    timeout_s: float | None
+    retry: ToolRetry
+    verify: Verify | None
 
 
 @dataclass(frozen=True)
@@ -97,7 +110,7 @@ class Tool:
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: JsonObject
     domain: ToolDomain
     handler: Handler
     effect: ToolEffect = ToolEffect.IDEMPOTENT
@@ -108,16 +121,22 @@ class Tool:
 
     @classmethod
     def of_model(
-        cls, name: str, description: str, args_model: type[BaseModel], domain: ToolDomain, handler: Handler, **kw: Any
+        cls,
+        name: str,
+        description: str,
+        args_model: type[BaseModel],
+        domain: ToolDomain,
+        handler: Handler,
+        **kw: Unpack[ToolOptions],
     ) -> Tool:
         return cls(name, description, args_model.model_json_schema(), domain, handler, args_model=args_model, **kw)
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> JsonObject:
         """What the model is shown: name, description and the JSON schema of the args."""
         return {"name": self.name, "description": self.description, "parameters": self.parameters,
                 "domain": str(self.domain)}
 
-    def parse_args(self, args: Mapping[str, Any], *, strict: bool = False) -> Any:
+    def parse_args(self, args: JsonMapping, *, strict: bool = False) -> ToolArgs:
         """The args as the handler takes them, or ``ToolArgsInvalid`` naming the field."""
         if self.args_model is not None:
             try:
@@ -130,7 +149,7 @@ class Tool:
             raise ToolArgsInvalid(list(error.absolute_path), _schema_message(error))
         return dict(args)
 
-    def run(self, args: Any, ctx: ToolContext) -> ToolOutcome:
+    def run(self, args: ToolArgs, ctx: ToolContext) -> ToolOutcome:
         """Run the handler on parsed ``args``, with the tool's timeout and retries. A
         failure the model should see (a ``ToolFailed``, any other exception, a timeout) is a
         ``failed`` outcome; missing input is a ``suspended`` one. A timeout raises
@@ -155,17 +174,16 @@ class Tool:
                     continue
                 return ToolOutcome.failed(TOOL_ERROR, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_MESSAGE])
 
-    def check(self, args: Any, ctx: ToolContext) -> JSON | None:
+    def check(self, args: ToolArgs, ctx: ToolContext) -> object:
         """The ``verify`` hook's answer (None: it cannot tell, or there is no hook)."""
         if self.verify is None:
             return None
         try:
-            result: JSON | None = self._call(self.verify, args, ctx)
-            return result
+            return self._call(self.verify, args, ctx)
         except Exception:
             return None
 
-    def _call(self, fn: Callable[..., Any], args: Any, ctx: ToolContext) -> Any:
+    def _call(self, fn: Handler, args: ToolArgs, ctx: ToolContext) -> object:
         if self.timeout_s is None:
             return _finish(fn(args, ctx))
         future = _TIMED.submit(lambda: _finish(fn(args, ctx)))
@@ -175,11 +193,13 @@ class Tool:
             raise ToolTimedOut() from None
 
 
-def _finish(value: Any) -> Any:
+def _finish(value: object) -> object:
     """An ``async`` handler's coroutine run to its end (the calling thread has no loop)."""
     if inspect.isawaitable(value):
-        async def wait() -> Any:
-            return await value
+        awaitable = value
+
+        async def wait() -> object:
+            return await awaitable
 
         return asyncio.run(wait())
     return value

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from runtime.canonical import JSON
 from runtime.context import durable_local_read_context
-from runtime.tools.base import Tool, ToolEffect, ToolRegistry
+from runtime.tools.base import Handler, Tool, ToolEffect, ToolRegistry
 from runtime.tools.calls import LocalFile, ToolContext, ToolOutput
+from schema.wire.json import JsonObject
 from schema.wire.vocab import ToolDomain
 
 # --- built-in tools for demos and tests ------------------------------------------------
@@ -38,20 +37,20 @@ class TextBlobArgs(_Strict):
     char: str = Field(default="x", min_length=1, max_length=1)
 
 
-def _text_blob(args: TextBlobArgs, ctx: ToolContext) -> JSON:
+def _text_blob(args: TextBlobArgs, ctx: ToolContext) -> JsonObject:
     """Text of about ``size_bytes`` UTF-8 bytes (whole characters; ``char`` may be multi-byte)."""
     return {"text": args.char * (args.size_bytes // len(args.char.encode()))}
 
 
-def _echo(args: EchoArgs, ctx: ToolContext) -> JSON:
+def _echo(args: EchoArgs, ctx: ToolContext) -> JsonObject:
     return args.model_dump()
 
 
-def _add(args: AddArgs, ctx: ToolContext) -> JSON:
+def _add(args: AddArgs, ctx: ToolContext) -> JsonObject:
     return {"sum": args.a + args.b}
 
 
-def _sleep(args: SleepArgs, ctx: ToolContext) -> JSON:
+def _sleep(args: SleepArgs, ctx: ToolContext) -> JsonObject:
     time.sleep(args.seconds)
     return {"slept_s": args.seconds}
 
@@ -72,13 +71,13 @@ def _read_files(args: ReadFilesArgs, ctx: ToolContext) -> ToolOutput:
     files. The stored result is only a proof placeholder per file; the model's context
     shows the bodies, joined in from the durable store."""
     files = ctx.read(args.paths)
-    placeholder = {"files": [durable_local_read_placeholder(f) for f in files]}
+    placeholder: JsonObject = {"files": [durable_local_read_placeholder(f) for f in files]}
     return ToolOutput(
         result=placeholder, context=durable_local_read_context(placeholder, {f.path: f.content for f in files})
     )
 
 
-def durable_local_read_placeholder(file: LocalFile) -> dict[str, Any]:
+def durable_local_read_placeholder(file: LocalFile) -> JsonObject:
     return {"path": file.path, "status": "received", "digest": file.digest, "size_bytes": file.size_bytes}
 
 
@@ -86,7 +85,7 @@ class PathArgs(_Strict):
     path: str = Field(min_length=1)
 
 
-def _count_words(args: PathArgs, ctx: ToolContext) -> JSON:
+def _count_words(args: PathArgs, ctx: ToolContext) -> JsonObject:
     """A server-side (SDK) tool whose input is a file on the user's machine: it suspends
     on a local-read prerequisite, and is re-run once the file is delivered."""
     (file,) = ctx.read([args.path])
@@ -102,12 +101,12 @@ class KeyArgs(_Strict):
     key: str = Field(min_length=1, max_length=200)
 
 
-def _await_prerequisite(args: KeyArgs, ctx: ToolContext) -> JSON:
+def _await_prerequisite(args: KeyArgs, ctx: ToolContext) -> JsonObject:
     """Waits until the client resolves ``key`` (e.g. a human approval), then returns it."""
     return {"key": args.key, "value": ctx.prerequisite(args.key)}
 
 
-def _pure(name: str, description: str, args: type[BaseModel], domain: ToolDomain, handler: Any) -> Tool:
+def _pure(name: str, description: str, args: type[BaseModel], domain: ToolDomain, handler: Handler) -> Tool:
     """Every built-in tool changes nothing anywhere: re-running one is harmless."""
     return Tool.of_model(name, description, args, domain, handler, effect=ToolEffect.READ_ONLY)
 

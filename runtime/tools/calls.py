@@ -8,15 +8,17 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, get_args
 from uuid import UUID
 
-from runtime.canonical import JSON, digest
+from runtime.canonical import digest, str_at
+from schema.wire.json import JsonMapping, JsonObject, JsonValue
 from schema.wire.vocab import ToolAnswerKind, ToolStatus
 
 # --- what a suspended call waits for ------------------------------------------------------
 
 SuspensionKind = Literal["local_read", "prerequisite", "client_tool", "approval", "outcome_unknown"]
+_SUSPENSION_KINDS: dict[JsonValue, SuspensionKind] = {kind: kind for kind in get_args(SuspensionKind)}
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,8 @@ class ToolSuspension:
     key: str | None = None
     reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"kind": self.kind}
+    def to_json(self) -> JsonObject:
+        body: JsonObject = {"kind": self.kind}
         if self.kind == "local_read":
             body["paths"] = list(self.paths)
         elif self.kind == "prerequisite":
@@ -48,9 +50,14 @@ class ToolSuspension:
         return None if self.kind in ("local_read", "prerequisite") else digest(self.to_json())
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ToolSuspension:
+    def from_json(cls, data: JsonMapping) -> ToolSuspension:
+        """What ``to_json`` wrote (a kind it never writes is a ``KeyError``)."""
+        paths = data.get("paths", [])
         return cls(
-            kind=data["kind"], paths=tuple(data.get("paths", ())), key=data.get("key"), reason=data.get("reason")
+            kind=_SUSPENSION_KINDS[data["kind"]],
+            paths=tuple(str(p) for p in paths) if isinstance(paths, list) else (),
+            key=str_at(data, "key"),
+            reason=str_at(data, "reason"),
         )
 
 
@@ -78,15 +85,15 @@ class ToolAnswer:
     a rejection with its reason, or "run it again" (``retry``)."""
 
     kind: ToolAnswerKind
-    value: JSON = None  # the result, or the edited args of an approval
+    value: JsonValue = None  # the result, or the edited args of an approval
     is_error: bool = False
     reason: str | None = None
     # The wait it answers (the suspended invocation's id): a retry restarts the call once.
     wait_id: str | None = None
 
-    def decision_json(self) -> dict[str, Any]:
+    def decision_json(self) -> JsonObject:
         """A decision on a call (approve / reject) as its events and its row show it."""
-        body: dict[str, Any] = {"decision": str(self.kind)}
+        body: JsonObject = {"decision": str(self.kind)}
         if self.value is not None:
             body["args"] = self.value
         if self.reason is not None:
@@ -102,7 +109,7 @@ class ToolInputs:
     holds for every later execution of it."""
 
     files: Mapping[str, LocalFile] = field(default_factory=dict)
-    prerequisites: Mapping[str, JSON] = field(default_factory=dict)
+    prerequisites: Mapping[str, JsonValue] = field(default_factory=dict)
     answer: ToolAnswer | None = None
     approval: ToolAnswer | None = None
 
@@ -112,7 +119,7 @@ class ToolInputs:
             raise NeedsInput(ToolSuspension("local_read", paths=tuple(paths)))
         return [self.files[p] for p in paths]
 
-    def prerequisite(self, key: str) -> JSON:
+    def prerequisite(self, key: str) -> JsonValue:
         if key not in self.prerequisites:
             raise NeedsInput(ToolSuspension("prerequisite", key=key))
         return self.prerequisites[key]
@@ -147,7 +154,7 @@ class ToolContext:
     def read(self, paths: Sequence[str]) -> list[LocalFile]:
         return self.inputs.read(paths)
 
-    def prerequisite(self, key: str) -> JSON:
+    def prerequisite(self, key: str) -> JsonValue:
         return self.inputs.prerequisite(key)
 
 
@@ -156,20 +163,28 @@ class ToolOutput:
     """A result whose model-context form differs from what is stored: a durable local
     read stores a placeholder, and the model sees the file bodies."""
 
-    result: JSON
-    context: JSON
+    result: JsonValue
+    context: JsonValue
+
+
+def failure_result(code: str, message: str) -> JsonObject:
+    """The result of a failed call, as stored and as the model sees it."""
+    return {"error": {"code": code, "message": message}}
 
 
 @dataclass(frozen=True)
 class ToolOutcome:
+    """A call's outcome as its tool gave it: ``result`` and ``context`` are what the
+    handler returned, checked to be JSON only by ``runtime.tool_calls.run_tool``."""
+
     status: ToolStatus
-    result: JSON  # what is stored (None while suspended)
-    context: JSON  # what the model's context shows
+    result: object  # what is stored (None while suspended)
+    context: object  # what the model's context shows
     suspension: ToolSuspension | None = None
 
     @classmethod
     def failed(cls, code: str, message: str) -> ToolOutcome:
-        result = {"error": {"code": code, "message": message}}
+        result = failure_result(code, message)
         return cls(ToolStatus.FAILED, result, result)
 
     @classmethod
@@ -177,7 +192,8 @@ class ToolOutcome:
         return cls(ToolStatus.SUSPENDED, None, None, suspension)
 
     @classmethod
-    def completed(cls, output: JSON | ToolOutput) -> ToolOutcome:
+    def completed(cls, output: object) -> ToolOutcome:
+        """A handler's return: a ``ToolOutput``, or the result the model sees as well."""
         if isinstance(output, ToolOutput):
             return cls(ToolStatus.COMPLETED, output.result, output.context)
         return cls(ToolStatus.COMPLETED, output, output)
@@ -190,4 +206,4 @@ class PriorExecution:
     recorded (the worker died or lost its claim while it ran)."""
 
     status: ToolStatus | None
-    result: JSON = None
+    result: JsonValue = None

@@ -24,6 +24,9 @@ from runtime.tools.calls import ToolContext
 from schema.wire.vocab import ToolDomain
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+# A function made a tool (or its verify hook): any parameters its type hints describe, and
+# a result ``run_tool`` checks.
+ToolFunction = Callable[..., object]
 
 
 class _Args(BaseModel):
@@ -31,7 +34,7 @@ class _Args(BaseModel):
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> Tool: ...
+def tool(fn: ToolFunction, /) -> Tool: ...
 
 
 @overload
@@ -42,13 +45,13 @@ def tool(
     domain: str = ToolDomain.SDK,
     timeout_s: float | None = None,
     retry: ToolRetry = NO_RETRY,
-    verify: Callable[..., Any] | None = None,
+    verify: ToolFunction | None = None,
     description: str | None = None,
-) -> Callable[[Callable[..., Any]], Tool]: ...
+) -> Callable[[ToolFunction], Tool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None,
+    fn: ToolFunction | None = None,
     /,
     *,
     name: str | None = None,
@@ -56,16 +59,16 @@ def tool(
     domain: str = ToolDomain.SDK,
     timeout_s: float | None = None,
     retry: ToolRetry = NO_RETRY,
-    verify: Callable[..., Any] | None = None,
+    verify: ToolFunction | None = None,
     description: str | None = None,
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
+) -> Tool | Callable[[ToolFunction], Tool]:
     """Make ``fn`` a ``Tool``. ``effect`` says what running it twice does and defaults to
     the safe ``at_most_once``; declare ``read_only`` or ``idempotent`` when true.
     ``verify`` (taking the tool's parameters, or some of them) tells, after a crash, what
     an execution of an ``at_most_once`` call did: its result, or ``None`` if it cannot
     tell. ``name`` must be what providers accept as a function name."""
 
-    def make(fn: Callable[..., Any]) -> Tool:
+    def make(fn: ToolFunction) -> Tool:
         tool_name = fn.__name__ if name is None else name
         # What the providers accept as a function name (and a run's client tools too).
         if not re.fullmatch(NAME_PATTERN, tool_name):
@@ -96,12 +99,12 @@ def tool(
     return make(fn) if fn is not None else make
 
 
-def _handler(target: Callable[..., Any], fields: tuple[str, ...], ctx_param: str | None) -> Handler:
+def _handler(target: ToolFunction, fields: tuple[str, ...], ctx_param: str | None) -> Handler:
     """``target`` called with the ``fields`` of the parsed args (and the context as
     ``ctx_param``), as ``Tool`` calls a handler."""
 
-    def handler(args: BaseModel, ctx: ToolContext) -> Any:
-        kwargs: dict[str, Any] = {field: getattr(args, field) for field in fields}
+    def handler(args: BaseModel, ctx: ToolContext) -> object:
+        kwargs: dict[str, object] = {field: getattr(args, field) for field in fields}
         if ctx_param is not None:
             kwargs[ctx_param] = ctx
         return target(**kwargs)
@@ -109,11 +112,11 @@ def _handler(target: Callable[..., Any], fields: tuple[str, ...], ctx_param: str
     return handler
 
 
-def _signature_model(fn: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:
+def _signature_model(fn: ToolFunction) -> tuple[type[BaseModel], str | None]:
     """A pydantic model of ``fn``'s parameters (less the ``ToolContext`` one, whose name is
     returned)."""
     hints = get_type_hints(fn)
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # create_model's field definitions: (annotation, default)
     ctx_param = None
     for param in inspect.signature(fn).parameters.values():
         annotation = hints.get(param.name, Any)

@@ -12,13 +12,13 @@ process without MCP servers should not pay.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from runtime.canonical import JSON
 from runtime.errors import ToolFailed
 from runtime.tools.base import MAX_ERROR_MESSAGE, Handler, Tool, ToolEffect, check_parameters_schema
 from runtime.toolsets.mcp_config import McpServerConfig
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonValue
 from schema.wire.vocab import ToolDomain
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def tool_of(server: str, config: McpServerConfig, spec: McpTool, handler: Handle
     )
 
 
-def result_json(server: str, result: CallToolResult) -> JSON:
+def result_json(server: str, result: CallToolResult) -> JsonValue:
     """What a call returned, as the tool's result: its ``structuredContent`` if it has
     one, else its text contents joined (a JSON string; other content is named, not
     inlined). A result with ``isError`` is an ``McpToolError`` with that text."""
@@ -97,7 +97,7 @@ def result_json(server: str, result: CallToolResult) -> JSON:
         text = _text(result) or "the tool reported an error and gave no text"
         raise McpToolError(f"MCP server {server!r}: {text}"[:MAX_ERROR_MESSAGE])
     if result.structured_content is not None:
-        structured: JSON = result.structured_content
+        structured: JsonValue = result.structured_content
         return structured
     return _text(result)
 
@@ -105,7 +105,7 @@ def result_json(server: str, result: CallToolResult) -> JSON:
 def _text(result: CallToolResult) -> str:
     parts: list[str] = []
     for block in result.content:
-        text: Any = getattr(block, "text", None)
+        text: object = getattr(block, "text", None)
         if block.type == "text" and isinstance(text, str):
             parts.append(text)
         else:

@@ -25,23 +25,25 @@ import time
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import asynccontextmanager, suppress
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import httpx2
 import structlog
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client import Transport
+from mcp.client._transport import TransportStreams
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, CallToolResult, RequestParamsMeta
 from mcp.types import Tool as McpTool
 from pydantic import ValidationError
+from structlog.typing import FilteringBoundLogger
 
-from runtime.canonical import JSON
 from runtime.tools.base import Tool, ToolEffect, ToolsetUnavailable, ToolTimedOut
 from runtime.tools.calls import ToolContext
 from runtime.toolsets.mcp import McpServerUnavailable, McpToolError, result_json, tool_of
 from runtime.toolsets.mcp_config import HttpServer, McpServerConfig, StdioServer, secret_values
 from runtime.toolsets.mcp_stderr import stderr_logged
+from schema.wire.json import JsonObject, JsonValue
 
 T = TypeVar("T")
 
@@ -57,9 +59,10 @@ _TRANSPORT_CODES = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT})
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=3600.0)
 
 
-def _log() -> Any:
+def _log() -> FilteringBoundLogger:
     # Looked up per line, not cached at import: structlog may be configured after import.
-    return structlog.get_logger("aidawork.mcp")
+    logger: FilteringBoundLogger = structlog.get_logger("aidawork.mcp")
+    return logger
 
 
 class _Unavailable(Exception):
@@ -87,7 +90,7 @@ def describe(exc: BaseException) -> str:
 
 
 @asynccontextmanager
-async def _http_transport(config: HttpServer) -> AsyncIterator[Any]:
+async def _http_transport(config: HttpServer) -> AsyncIterator[TransportStreams]:
     async with (
         httpx2.AsyncClient(headers=secret_values(config.headers), timeout=_HTTP_TIMEOUT) as http,
         streamable_http_client(config.url, http_client=http) as streams,
@@ -96,7 +99,7 @@ async def _http_transport(config: HttpServer) -> AsyncIterator[Any]:
 
 
 @asynccontextmanager
-async def _stdio_transport(name: str, config: StdioServer) -> AsyncIterator[Any]:
+async def _stdio_transport(name: str, config: StdioServer) -> AsyncIterator[TransportStreams]:
     params = StdioServerParameters(command=config.command, args=config.args, env=secret_values(config.env))
     with stderr_logged(name) as errlog:
         async with stdio_client(params, errlog=errlog) as streams:
@@ -203,7 +206,7 @@ class _Session:
             raise _Unavailable(describe(exc), sent=True) from None
         return tools
 
-    async def call(self, tool: str, args: dict[str, Any], idempotency_key: str) -> CallToolResult:
+    async def call(self, tool: str, args: JsonObject, idempotency_key: str) -> CallToolResult:
         client = await self.client()
         try:
             meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: idempotency_key})
@@ -311,10 +314,10 @@ class McpToolset:
                                      "are not known; try again later")
         return ()
 
-    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    def _submit(self, coro: Coroutine[object, None, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-    def _handle(self, server: str, tool: str, args: dict[str, Any], ctx: ToolContext) -> JSON:
+    def _handle(self, server: str, tool: str, args: JsonObject, ctx: ToolContext) -> JsonValue:
         """A tool's handler: the call on the loop, waited for until the call's deadline."""
         timeout_s = ctx.remaining_s()
         try:

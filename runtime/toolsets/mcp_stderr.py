@@ -11,18 +11,20 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TextIO
 
 import structlog
+from structlog.typing import FilteringBoundLogger
 
 # A server that writes without newlines cannot make us buffer without bound: a longer line
 # is logged in pieces.
 MAX_LINE_BYTES = 4096
 
 
-def _log() -> Any:
+def _log() -> FilteringBoundLogger:
     # Looked up per line, not cached at import: structlog may be configured after import.
-    return structlog.get_logger("aidawork.mcp")
+    logger: FilteringBoundLogger = structlog.get_logger("aidawork.mcp")
+    return logger
 
 
 def _log_lines(server: str, read_fd: int) -> None:

@@ -1,12 +1,16 @@
-"""All SQL of the project, split by concern. Each public function that writes is one
-transaction (through ``tx.run_transaction``) around a module-level ``<verb>_txn(conn, ...)``
-that never commits, so a caller can compose several of them in one transaction of its own
-(a write that is one named statement, ``_PARK_SQL`` say, runs that statement instead).
+"""All SQL of the project, split by concern. Each operation is a module-level
+``<verb>_txn(conn, ...)`` that never commits, so a caller can compose several of them in
+one transaction of its own; the other public functions that write run one of them in one
+transaction (through ``tx.run_transaction``).
 
-- ``store``: ``Store``, the operations the worker shell uses (claim, ledger, commit,
-  release, fail, suspensions, rebuilds, dispatch_failed) bound to one engine; the worker's
-  contexts carry one as ``ctx.store``, and the unit tests put an in-memory double in its
-  place (``tests/support/memory_store.py``)
+- ``port``: ``StorePort``, the operations the worker shell uses (claim, ledger, commit,
+  release, fail, suspensions, rebuilds, dispatch), as a ``Protocol``
+- ``store``: ``Store``, the port on PostgreSQL: each operation's ``_txn`` helper, run in
+  a transaction (or, a read, on a connection) of one engine; the worker's contexts carry
+  one as ``ctx.store``, and the unit tests put an in-memory double in its place
+  (``tests/support/memory_store.py``, checked against the port by mypy and by
+  ``tests/db/test_store_contract.py``)
+- ``rows``: ``StoredRow``, a row as a statement returns it
 
 - ``runs``: submit a run, end it outside a round (fail a held run, cancel), its view
 - ``claims``: the claim of a run for a round or a resume, and why a claim was refused

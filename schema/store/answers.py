@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
@@ -25,6 +24,7 @@ from schema.store.suspensions import (
 )
 from schema.store.tx import run_transaction
 from schema.wire import TERMINAL_STATUSES
+from schema.wire.json import JsonObject, JsonValue
 from schema.wire.vocab import ToolAnswerKind
 
 _ANSWER_NAMES = {"result": "a result", "retry": "a retry", "approve": "an approval", "reject": "a rejection"}
@@ -35,12 +35,12 @@ class Answer:
     """An answer to one suspended call (``tool_answers``)."""
 
     kind: ToolAnswerKind
-    value: Any = None
+    value: JsonValue = None
     is_error: bool = False
     reason: str | None = None
 
 
-def _given_before(conn: Connection, run_id: UUID, tool_call_id: str, given: tuple[Any, ...]) -> bool:
+def _given_before(conn: Connection, run_id: UUID, tool_call_id: str, given: tuple[object, ...]) -> bool:
     """Whether this very answer was given to the call before (for any of its waits)."""
     earlier = conn.execute(
         text("SELECT kind, value, is_error, reason FROM tool_answers WHERE run_id = :id AND tool_call_id = :call"),
@@ -83,7 +83,7 @@ def answer_tool_call_txn(conn: Connection, run_id: UUID, tool_call_id: str, answ
          "value": None if answer.value is None else json.dumps(answer.value), "is_error": answer.is_error,
          "reason": answer.reason},
     )
-    event: dict[str, Any] = {"tool_call_id": tool_call_id, "kind": wait, "answer": str(answer.kind)}
+    event: JsonObject = {"tool_call_id": tool_call_id, "kind": wait, "answer": str(answer.kind)}
     if answer.kind == ToolAnswerKind.APPROVE and answer.value is not None:
         event["args"] = answer.value
     if answer.reason is not None:
@@ -111,7 +111,7 @@ class WaitingCall:
     tool_name: str
     kind: str
     owner: str
-    config: dict[str, Any]
+    config: JsonObject
 
 
 def waiting_call(engine: Engine, run_id: UUID, tool_call_id: str) -> WaitingCall | None:

@@ -6,7 +6,7 @@ raw output)."""
 
 from __future__ import annotations
 
-from typing import Any
+from schema.wire.json import JsonMapping, JsonObject
 
 # The stored row's ``result`` joined back into a JSON object (``{}`` when there is none).
 _RESULT_OF = """coalesce((SELECT jsonb_build_object('result', ti.result) FROM tool_invocations AS ti
@@ -26,6 +26,6 @@ def event_data_sql(alias: str = "e") -> str:
     return f"(CASE WHEN {alias}.kind = 'tool_completed' THEN {alias}.data || {result} ELSE {alias}.data END)"
 
 
-def without_result(body: dict[str, Any]) -> dict[str, Any]:
+def without_result(body: JsonMapping) -> JsonObject:
     """A tool message body or ``tool_completed`` event data, as stored."""
     return {k: v for k, v in body.items() if k != "result"}

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
@@ -41,8 +41,10 @@ from sqlalchemy import Connection, Engine, text
 from schema.store.doubletext import boundary_end_sql, interrupted_event_sql
 from schema.store.errors import FenceLost
 from schema.store.limits import next_runs, next_runs_sql
+from schema.store.rows import StoredRow
 from schema.store.tx import run_transaction
 from schema.wire import EventKind, WaitingFor
+from schema.wire.json import JsonMapping
 
 BUDGET_WINDOWS_S = {"1h": 3600, "1d": 86_400, "30d": 30 * 86_400}
 ON_BUDGET = ("fail", "wait")
@@ -112,20 +114,33 @@ SETTLE_CTE = """settled AS (
 )"""
 
 
+class Shortfall(TypedDict):
+    """The figures of a refused reservation (``runtime.budget.BudgetShortfall``'s fields)."""
+
+    on_budget: str
+    budget_window: str
+    window_start: datetime
+    window_ends_at: datetime
+    token_budget: int
+    used: int
+    reserved: int
+    estimate: int
+
+
 class BudgetRefused(Exception):
     """The owner's budget for the window cannot take the call's estimate: no ledger row
     was written and the model must not be called. ``shortfall`` holds the figures
     (``shortfall_fields``)."""
 
-    def __init__(self, run_id: UUID, shortfall: dict[str, Any]) -> None:
+    def __init__(self, run_id: UUID, shortfall: Shortfall) -> None:
         super().__init__(f"run {run_id}: the owner's token budget cannot take the call")
         self.run_id = run_id
         self.shortfall = shortfall
 
 
-def shortfall_fields(row: Any, estimate: int) -> dict[str, Any]:
+def shortfall_fields(row: StoredRow, estimate: int) -> Shortfall:
     """The refusal's values from the ledger statement's row (``REFUSAL_COLUMNS``)."""
-    return {
+    return Shortfall({
         "on_budget": row.on_budget,
         "budget_window": row.budget_window,
         "window_start": row.window_start,
@@ -134,7 +149,7 @@ def shortfall_fields(row: Any, estimate: int) -> dict[str, Any]:
         "used": int(row.spend_used or 0),
         "reserved": int(row.spend_reserved or 0),
         "estimate": estimate,
-    }
+    })
 
 
 # --- a dead holder's reservation ------------------------------------------------------------
@@ -206,8 +221,8 @@ FROM upd
 )
 
 
-def park_for_budget(
-    engine: Engine, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]
+def park_for_budget_txn(
+    conn: Connection, run_id: UUID, fence: int, boundary_seq: int, wait: JsonMapping
 ) -> tuple[UUID, ...]:
     """Suspend the claimed run waiting for its owner's budget (``wait``: the shortfall's
     window and amounts), storing nothing for the round; fenced (``FenceLost``). A run
@@ -221,12 +236,7 @@ def park_for_budget(
         "kind": str(EventKind.RUN_SUSPENDED),
         "event": json.dumps({"waiting_for": [], "budget": wait}),
     }
-    parked = run_transaction(
-        engine,
-        lambda conn: conn.execute(_PARK_SQL, params).one_or_none(),
-        name="park_for_budget",
-        single_statement=True,
-    )
+    parked = conn.execute(_PARK_SQL, params).one_or_none()
     if parked is None:
         raise FenceLost(run_id, fence)
     return next_runs(parked)

@@ -12,17 +12,15 @@ the core reuses for the same request instead of calling the model again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
+from typing import TypedDict, cast
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, TextClause, text
+from sqlalchemy import Connection, TextClause, text
 
 from schema.store.bodies import message_body_sql
 from schema.store.limits import at_capacity_sql, waits_for_slot_sql
 from schema.store.roots import earlier_active_sql
 from schema.store.routes import weight_sql
-from schema.store.tx import run_transaction
 from schema.store.workers import DEATH_ELSEWHERE
 from schema.wire import RunStatus
 from schema.wire.claim import Checkpoint, Claim, LoadedMessage, RecordedResponse, StoredRound
@@ -169,7 +167,10 @@ def claim_round_txn(
     resume_of: list[str] | None = None,
     held_fence: int | None = None,
 ) -> Claim | None:
-    """``claim_round`` on ``conn``, without committing."""
+    """Claim the run for round ``boundary_seq`` (or, with ``resume_of``, for resuming the
+    suspended calls with those invocation ids) for the worker process ``holder``
+    (``schema.store.workers``); ``None`` when it is not claimable (already done, leased by
+    another holder, not its Root's turn, or gone)."""
     params = {
         "run_id": run_id,
         "boundary_seq": boundary_seq,
@@ -212,48 +213,17 @@ def claim_round_txn(
     )
 
 
-def claim_round(
-    engine: Engine,
-    run_id: UUID,
-    boundary_seq: int,
-    *,
-    lease_s: float,
-    after_position: int,
-    cold: bool,
-    holder: UUID,
-    resume_of: list[str] | None = None,
-    held_fence: int | None = None,
-) -> Claim | None:
-    """Claim the run for round ``boundary_seq`` (or, with ``resume_of``, for resuming the
-    suspended calls with those invocation ids) for the worker process ``holder``
-    (``schema.store.workers``); ``None`` when it is not claimable (already done, leased by
-    another holder, not its Root's turn, or gone)."""
-    txn = partial(
-        claim_round_txn,
-        run_id=run_id,
-        boundary_seq=boundary_seq,
-        lease_s=lease_s,
-        after_position=after_position,
-        cold=cold,
-        holder=holder,
-        resume_of=resume_of,
-        held_fence=held_fence,
-    )
-    return run_transaction(engine, txn, name="claim_round", single_statement=True)
-
-
-def load_messages(engine: Engine, root_id: UUID, from_position: int) -> tuple[LoadedMessage, ...]:
+def load_messages_txn(conn: Connection, root_id: UUID, from_position: int) -> tuple[LoadedMessage, ...]:
     """The Root's messages from a position, as the claim returns them (a worker whose
     cached context predates a rebuild made elsewhere reloads with this)."""
-    with engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                f"SELECT m.position, {message_body_sql()} AS body, {DURABLE_READS_SQL} AS reads FROM messages AS m "
-                "WHERE m.root_id = :root AND m.position >= :start ORDER BY m.position"
-            ),
-            {"root": root_id, "start": from_position},
-        )
-        return tuple(LoadedMessage(r.position, r.body, r.reads) for r in rows)
+    rows = conn.execute(
+        text(
+            f"SELECT m.position, {message_body_sql()} AS body, {DURABLE_READS_SQL} AS reads FROM messages AS m "
+            "WHERE m.root_id = :root AND m.position >= :start ORDER BY m.position"
+        ),
+        {"root": root_id, "start": from_position},
+    )
+    return tuple(LoadedMessage(r.position, r.body, r.reads) for r in rows)
 
 
 _DESCRIBE_SQL = text(
@@ -279,23 +249,36 @@ INTERRUPT_PENDING = "interrupt_pending"
 CHANGED_SINCE_CLAIM = "changed_since_claim"
 
 
+class RefusedRun(TypedDict):
+    """The run as the explanation of a refused claim read it."""
+
+    status: str
+    boundary_seq: int
+    claim_fence: int
+    leased: bool
+    earlier_active: bool
+    interrupt_pending: bool
+    at_capacity: bool
+    waits_for_slot: bool
+    round_stored: bool
+
+
 @dataclass(frozen=True)
 class ClaimRefusal:
     """Why a claim matched no row, read right after it (outside the hot path)."""
 
     finished: bool  # the run has ended: a late delivery, nothing is wrong
     reason: str
-    run: dict[str, Any] | None
+    run: RefusedRun | None
 
 
-def explain_refused_claim(engine: Engine, run_id: UUID, boundary_seq: int, *, resume: bool) -> ClaimRefusal:
+def explain_refused_claim_txn(conn: Connection, run_id: UUID, boundary_seq: int, *, resume: bool) -> ClaimRefusal:
     """The first condition of the claim that the run fails now. ``changed_since_claim``
     when it meets them all again (it changed between the claim and this read)."""
-    with engine.connect() as conn:
-        row = conn.execute(_DESCRIBE_SQL, {"run_id": run_id}).one_or_none()
+    row = conn.execute(_DESCRIBE_SQL, {"run_id": run_id}).one_or_none()
     if row is None:
         return ClaimRefusal(False, "run_not_found", None)
-    run = dict(row._mapping)
+    run = cast(RefusedRun, dict(row._mapping))
     if RunStatus(row.status).terminal:
         return ClaimRefusal(True, "run_ended", run)
     checks = [

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, text
 
 from schema.store.errors import FenceLost
-from schema.store.tx import run_transaction
+from schema.wire.json import JsonValue
 
 
 @dataclass(frozen=True)
@@ -22,7 +21,7 @@ class ExecutionRecord:
     """What an earlier start of the call recorded: ``status`` None when no end was."""
 
     status: str | None
-    result: Any
+    result: JsonValue
     executions: int
 
 
@@ -54,6 +53,9 @@ LEFT JOIN tool_executions AS te ON te.run_id = :run_id AND te.tool_call_id = :ca
 def start_execution_txn(
     conn: Connection, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, retry_of: str | None
 ) -> ExecutionRecord | None:
+    """Record that the call's handler starts now, under ``fence``; or, when an earlier
+    execution already started it (and no new ``retry_of`` answer says to start it again),
+    what that one recorded."""
     row = conn.execute(
         _START_SQL,
         {"run_id": run_id, "call": tool_call_id, "boundary_seq": boundary_seq, "fence": fence, "retry_of": retry_of},
@@ -65,22 +67,11 @@ def start_execution_txn(
     return ExecutionRecord(row.status, row.result, row.executions)
 
 
-def start_execution(
-    engine: Engine, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, retry_of: str | None = None
-) -> ExecutionRecord | None:
-    """Record that the call's handler starts now, under ``fence``; or, when an earlier
-    execution already started it (and no new ``retry_of`` answer says to start it again),
-    what that one recorded."""
-    return run_transaction(
-        engine,
-        lambda conn: start_execution_txn(conn, run_id, boundary_seq, tool_call_id, fence, retry_of=retry_of),
-        name="start_tool_execution",
-    )
-
-
 def finish_execution_txn(
-    conn: Connection, run_id: UUID, tool_call_id: str, fence: int, status: str | None, result: Any
+    conn: Connection, run_id: UUID, tool_call_id: str, fence: int, status: str | None, result: object
 ) -> None:
+    """Record how the execution started under ``fence`` ended (``status`` None: it
+    suspended before doing anything, so its start is cleared)."""
     # Recorded whoever holds the run now: it is what happened. A handler that suspended
     # (it needs input first) did nothing: its start is cleared, so it runs when resumed.
     if status is None:
@@ -98,15 +89,4 @@ def finish_execution_txn(
             "WHERE run_id = :run_id AND tool_call_id = :call AND claim_fence = :fence"
         ),
         {"run_id": run_id, "call": tool_call_id, "fence": fence, "status": status, "result": json.dumps(result)},
-    )
-
-
-def finish_execution(engine: Engine, run_id: UUID, tool_call_id: str, fence: int, status: str | None,
-                     result: Any) -> None:
-    """Record how the execution started under ``fence`` ended (``status`` None: it
-    suspended before doing anything, so its start is cleared)."""
-    run_transaction(
-        engine,
-        lambda conn: finish_execution_txn(conn, run_id, tool_call_id, fence, status, result),
-        name="finish_tool_execution",
     )

@@ -12,7 +12,7 @@ enough: a suspended round's commit keeps the boundary, and a release keeps every
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, text
 from schema.store.limits import waits_for_slot_sql
 from schema.store.roots import earlier_active_sql
 from schema.store.routes import weight_sql
+from schema.store.rows import StoredRow
 from schema.store.tx import run_transaction
 from schema.wire.route import Route
 
@@ -40,6 +41,12 @@ RETURNING runs.id
 def release_lease_txn(
     conn: Connection, run_id: UUID, fence: int, *, round_at_fault: bool, dispatch_after_s: float | None = None
 ) -> bool:
+    """Give up a claim without committing a round (the round failed with an error).
+    The run is redelivered by the reconciler. ``round_at_fault``: the round itself raised
+    (a bug), so its started execution still counts as an attempt at the next claim;
+    otherwise (a dependency was unavailable) the execution is forgotten.
+    ``dispatch_after_s``: the caller re-sends the round with this countdown (a rate limit's
+    wait), so the run counts as dispatched then and the reconciler's grace starts there."""
     result = conn.execute(
         text(
             "UPDATE runs SET lease_expires_at = NULL, updated_at = now(), "
@@ -53,40 +60,15 @@ def release_lease_txn(
     return result.rowcount == 1
 
 
-def release_lease(
-    engine: Engine, run_id: UUID, fence: int, *, round_at_fault: bool, dispatch_after_s: float | None = None
-) -> bool:
-    """Give up a claim without committing a round (the round failed with an error).
-    The run is redelivered by the reconciler. ``round_at_fault``: the round itself raised
-    (a bug), so its started execution still counts as an attempt at the next claim;
-    otherwise (a dependency was unavailable) the execution is forgotten.
-    ``dispatch_after_s``: the caller re-sends the round with this countdown (a rate limit's
-    wait), so the run counts as dispatched then and the reconciler's grace starts there."""
-    return run_transaction(
-        engine,
-        lambda conn: release_lease_txn(
-            conn, run_id, fence, round_at_fault=round_at_fault, dispatch_after_s=dispatch_after_s
-        ),
-        name="release_lease",
-        single_statement=True,
-    )
-
-
 def dispatch_failed_txn(conn: Connection, run_id: UUID) -> None:
+    """The task for this run could not be sent (the broker is down): make the run due for
+    the reconciler's next pass at once, instead of after the dispatch grace."""
     conn.execute(
         text(
             "UPDATE runs SET dispatched_at = '-infinity' "
             "WHERE id = :run_id AND status IN ('queued', 'running', 'suspended')"
         ),
         {"run_id": run_id},
-    )
-
-
-def dispatch_failed(engine: Engine, run_id: UUID) -> None:
-    """The task for this run could not be sent (the broker is down): make the run due for
-    the reconciler's next pass at once, instead of after the dispatch grace."""
-    run_transaction(
-        engine, lambda conn: dispatch_failed_txn(conn, run_id), name="dispatch_failed", single_statement=True
     )
 
 
@@ -167,7 +149,7 @@ class Due(NamedTuple):
     route: Route  # a re-send routes as the first send did (runtime.shares)
 
 
-def _due(row: Any) -> Due:
+def _due(row: StoredRow) -> Due:
     return Due(row.id, row.boundary_seq, row.resume, Route(row.owner, row.weight, row.priority))
 
 
@@ -179,13 +161,12 @@ def due_for_dispatch_txn(conn: Connection, *, grace_s: float, limit: int = 500) 
 _DUE_OF_SQL = text(f"SELECT {_DUE_COLUMNS} FROM runs WHERE runs.id = :run_id")
 
 
-def due_of(engine: Engine, run_id: UUID, owner: str | None = None) -> Due:
+def due_of_txn(conn: Connection, run_id: UUID, owner: str | None = None) -> Due:
     """What to send a run that a statement named as the next to start (a Root's next, an
     owner's next in a freed slot): a round at its boundary, or the resume of its suspended
     round (a run that got its inputs while its owner's cap was full waits queued). A run
     that is gone routes by ``owner`` (its claim drops the message)."""
-    with engine.connect() as conn:
-        row = conn.execute(_DUE_OF_SQL, {"run_id": run_id}).one_or_none()
+    row = conn.execute(_DUE_OF_SQL, {"run_id": run_id}).one_or_none()
     return Due(run_id, 0, False, Route(owner or "")) if row is None else _due(row)
 
 

@@ -12,13 +12,14 @@ its statements write no counter.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
-from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, TextClause, text
 
 from schema.store.roots import earlier_active_sql, next_in_root_sql
+from schema.store.rows import StoredRow
 from schema.store.tx import run_transaction
 from schema.wire.owners import OwnerLimits, OwnerLimitsChange, OwnerLimitsInvalid
 
@@ -61,7 +62,7 @@ def next_runs_sql(freed: str, upd: str, ended: str) -> str:
     CASE WHEN {ended} THEN {next_in_root_sql(upd)} END AS root_next"""
 
 
-def next_runs(row: Any) -> tuple[UUID, ...]:
+def next_runs(row: StoredRow) -> tuple[UUID, ...]:
     """The distinct runs a ``next_runs_sql`` row names, the owner's first."""
     return tuple(dict.fromkeys(r for r in (row.owner_next, row.root_next) if r is not None))
 
@@ -107,7 +108,7 @@ SELECT count(*) FROM runs WHERE owner = :owner AND status = 'running'
 )
 
 
-def _apply_sql(given: dict[str, Any]) -> Any:
+def _apply_sql(given: Mapping[str, object]) -> TextClause:
     sets = ", ".join(f"{name} = :{name}" for name in given)
     return text(
         f"UPDATE owners SET {sets + ', ' if sets else ''}running = :running, updated_at = now() "
@@ -115,7 +116,7 @@ def _apply_sql(given: dict[str, Any]) -> Any:
     )
 
 
-def _check_against(stored: Any, change: OwnerLimitsChange) -> dict[str, Any]:
+def _check_against(stored: StoredRow, change: OwnerLimitsChange) -> dict[str, object]:
     """The columns to write: a budget given without a window keeps the stored window (or
     is refused); a cleared budget clears its window."""
     given = change.given()

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, text
 
 from schema.store.bodies import message_body_sql
 from schema.store.errors import FenceLost
-from schema.store.tx import run_transaction
+from schema.store.rows import StoredRow
 from schema.wire.rebuild import ChainBuild, RebuildCandidate, ReservationPlan, SourceMessage
 
 # The core's rules, passed in (``runtime.rebuild.plan_reservation`` and
@@ -34,7 +33,7 @@ class Reservation:
     predecessor_build_id: UUID | None
 
 
-def _hold_fence(conn: Connection, run_id: UUID, fence: int) -> Any:
+def _hold_fence(conn: Connection, run_id: UUID, fence: int) -> StoredRow:
     row = conn.execute(
         text("SELECT root_id FROM runs WHERE id = :id AND claim_fence = :fence AND status = 'running'"),
         {"id": run_id, "fence": fence},
@@ -54,6 +53,9 @@ def reserve_model_rebuild_txn(
     predecessor_build_id: UUID | None,
     plan_reservation: PlanReservation,
 ) -> Reservation:
+    """Reserve the chain's next rebuild slot (or take over an unconsumed one). The Root
+    row is locked first, so concurrent reservations of one chain are serialized; the
+    unique (root, chain, ordinal) constraint holds the limit even without the lock."""
     root_id = _hold_fence(conn, run_id, fence).root_id
     conn.execute(text("SELECT 1 FROM roots WHERE id = :id FOR UPDATE"), {"id": root_id})
     chain = [
@@ -100,40 +102,8 @@ def reserve_model_rebuild_txn(
     return Reservation(build_id, plan.ordinal, predecessor)
 
 
-def reserve_model_rebuild(
-    engine: Engine,
-    *,
-    run_id: UUID,
-    fence: int,
-    boundary_seq: int,
-    chain_anchor: int,
-    predecessor_build_id: UUID | None,
-    plan_reservation: PlanReservation,
-) -> Reservation:
-    """Reserve the chain's next rebuild slot (or take over an unconsumed one). The Root
-    row is locked first, so concurrent reservations of one chain are serialized; the
-    unique (root, chain, ordinal) constraint holds the limit even without the lock."""
-    return run_transaction(
-        engine,
-        lambda conn: reserve_model_rebuild_txn(
-            conn,
-            run_id=run_id,
-            fence=fence,
-            boundary_seq=boundary_seq,
-            chain_anchor=chain_anchor,
-            predecessor_build_id=predecessor_build_id,
-            plan_reservation=plan_reservation,
-        ),
-        name="reserve_model_rebuild",
-    )
-
-
-def load_context_sources(engine: Engine, root_id: UUID, from_position: int) -> list[SourceMessage]:
-    with engine.connect() as conn:
-        return _sources(conn, root_id, from_position)
-
-
-def _sources(conn: Connection, root_id: UUID, from_position: int) -> list[SourceMessage]:
+def load_context_sources_txn(conn: Connection, root_id: UUID, from_position: int) -> list[SourceMessage]:
+    """The Root's stored messages from a position, as a rebuild reads them."""
     rows = conn.execute(
         text(
             f"SELECT m.id, m.position, m.run_id, {message_body_sql()} AS body FROM messages AS m "
@@ -147,6 +117,7 @@ def _sources(conn: Connection, root_id: UUID, from_position: int) -> list[Source
 def record_candidate_txn(
     conn: Connection, build_id: UUID, run_id: UUID, fence: int, candidate: RebuildCandidate
 ) -> None:
+    """Record the prepared candidate on its build (fenced)."""
     result = conn.execute(
         text(
             "UPDATE runtime_work_model_rebuilds SET source_message_ids = :ids, source_digest = :digest, "
@@ -165,16 +136,6 @@ def record_candidate_txn(
         raise FenceLost(run_id, fence)
 
 
-def record_candidate(engine: Engine, build_id: UUID, run_id: UUID, fence: int, candidate: RebuildCandidate) -> None:
-    """Record the prepared candidate on its build (fenced)."""
-    run_transaction(
-        engine,
-        lambda conn: record_candidate_txn(conn, build_id, run_id, fence, candidate),
-        name="record_rebuild_candidate",
-        single_statement=True,
-    )
-
-
 def admit_model_rebuild_request_txn(
     conn: Connection,
     *,
@@ -189,9 +150,14 @@ def admit_model_rebuild_request_txn(
     verify_prefix: VerifyPrefix,
     after_snapshot: Callable[[], None] | None = None,
 ) -> None:
+    """Consume the build: at REPEATABLE READ, under the held fence, re-check the driver's
+    authorization (``authorize(fence)`` verifies its proof) and the source prefix
+    (``verify_prefix``, which raises if it changed), write
+    the immutable consumption row, and advance the run's checkpoint. ``after_snapshot``
+    is a test seam, called once the transaction has read its snapshot."""
     root_id = _hold_fence(conn, run_id, fence).root_id
     authorize(fence)
-    context = _sources(conn, root_id, context_start)
+    context = load_context_sources_txn(conn, root_id, context_start)
     eligible = {
         str(r.id)
         for r in conn.execute(
@@ -247,42 +213,3 @@ def admit_model_rebuild_request_txn(
     ).one_or_none()
     if written is None:
         raise FenceLost(run_id, fence)
-
-
-def admit_model_rebuild_request(
-    engine: Engine,
-    *,
-    build_id: UUID,
-    run_id: UUID,
-    fence: int,
-    boundary_seq: int,
-    chain_anchor: int,
-    context_start: int,
-    candidate: RebuildCandidate,
-    authorize: Callable[[int], None],
-    verify_prefix: VerifyPrefix,
-    after_snapshot: Callable[[], None] | None = None,
-) -> None:
-    """Consume the build: at REPEATABLE READ, under the held fence, re-check the driver's
-    authorization (``authorize(fence)`` verifies its proof) and the source prefix
-    (``verify_prefix``, which raises if it changed), write
-    the immutable consumption row, and advance the run's checkpoint. ``after_snapshot``
-    is a test seam, called once the transaction has read its snapshot."""
-    run_transaction(
-        engine,
-        lambda conn: admit_model_rebuild_request_txn(
-            conn,
-            build_id=build_id,
-            run_id=run_id,
-            fence=fence,
-            boundary_seq=boundary_seq,
-            chain_anchor=chain_anchor,
-            context_start=context_start,
-            candidate=candidate,
-            authorize=authorize,
-            verify_prefix=verify_prefix,
-            after_snapshot=after_snapshot,
-        ),
-        isolation_level="REPEATABLE READ",
-        name="admit_model_rebuild_request",
-    )

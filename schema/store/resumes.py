@@ -6,17 +6,25 @@ input delivered for them (files, prerequisites, answers and approvals), in one s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, text
 
 from schema.store.answers import Answer
 from schema.store.suspensions import resume_of, suspended_calls
-from schema.store.tx import run_transaction
 from schema.wire import OriginalToolRoundResume
 from schema.wire.claim import StoredRound
+from schema.wire.json import JsonObject, JsonValue
 from schema.wire.vocab import ToolAnswerKind
+
+
+class LocalFile(TypedDict):
+    """A file delivered for a suspended read (``local_reads``)."""
+
+    content: str
+    digest: str
+    size_bytes: int
 
 
 @dataclass(frozen=True)
@@ -25,8 +33,8 @@ class SuspendedCall:
 
     tool_call_id: str
     tool_name: str
-    args: dict[str, Any]
-    suspension: dict[str, Any]  # what it waits for (runtime.tools.ToolSuspension.to_json)
+    args: JsonObject
+    suspension: JsonObject  # what it waits for (runtime.tools.ToolSuspension.to_json)
     resume: OriginalToolRoundResume
 
 
@@ -39,13 +47,15 @@ class SuspensionMaterial:
     boundary_seq: int
     round: StoredRound  # the suspended round's fence, four digests and proof
     calls: list[SuspendedCall]
-    files: dict[str, dict[str, dict[str, Any]]]  # tool_call_id -> path -> {content, digest, size_bytes}
-    prerequisites: dict[str, Any]
+    files: dict[str, dict[str, LocalFile]]  # tool_call_id -> path -> {content, digest, size_bytes}
+    prerequisites: dict[str, JsonValue]
     answers: dict[str, Answer]  # tool_call_id -> the answer to its current wait (result or retry)
     approvals: dict[str, Answer]  # tool_call_id -> the decision on it (approve or reject)
 
 
 def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMaterial | None:
+    """The suspended round that holds the suspended call ``invocation_id`` (an invocation
+    id is unique: it names the suspension a resume is for); run at REPEATABLE READ."""
     found = conn.execute(
         text("SELECT run_id, boundary_seq FROM tool_invocations WHERE invocation_id = :inv AND status = 'suspended'"),
         {"inv": invocation_id},
@@ -68,7 +78,7 @@ def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMater
         SuspendedCall(row.tool_call_id, row.tool_name, row.args, row.suspension, resume_of(run_id, boundary_seq, row))
         for row in suspended_calls(conn, run_id)
     ]
-    files: dict[str, dict[str, dict[str, Any]]] = {}
+    files: dict[str, dict[str, LocalFile]] = {}
     for row in conn.execute(
         text("SELECT tool_call_id, path, content, digest, size_bytes FROM local_reads WHERE run_id = :id"),
         {"id": run_id},
@@ -78,7 +88,7 @@ def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMater
             "digest": row.digest,
             "size_bytes": row.size_bytes,
         }
-    prerequisites: dict[str, Any] = dict(
+    prerequisites: dict[str, JsonValue] = dict(
         conn.execute(text("SELECT key, value FROM prerequisites WHERE run_id = :id"), {"id": run_id}).all()
     )
     current = {c.resume.invocation_id for c in calls}
@@ -99,12 +109,3 @@ def load_suspension_txn(conn: Connection, invocation_id: str) -> SuspensionMater
     )
 
 
-def load_suspension(engine: Engine, invocation_id: str) -> SuspensionMaterial | None:
-    """The suspended round that holds the suspended call ``invocation_id`` (an invocation
-    id is unique: it names the suspension a resume is for)."""
-    return run_transaction(
-        engine,
-        lambda conn: load_suspension_txn(conn, invocation_id),
-        isolation_level="REPEATABLE READ",
-        name="load_suspension",
-    )

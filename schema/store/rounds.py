@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import fields
-from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, TextClause, text
+from sqlalchemy import Connection, TextClause, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import IntegrityError
 
@@ -23,8 +22,8 @@ from schema.store.bodies import without_result
 from schema.store.doubletext import boundary_end_sql, interrupted_event_sql
 from schema.store.errors import FenceLost, ToolCallIdReused
 from schema.store.limits import next_runs, next_runs_sql
-from schema.store.tx import run_transaction
 from schema.wire import EventKind
+from schema.wire.json import JsonMapping, JsonObject
 from schema.wire.record import Committed, EventRecord, MessageRecord, RoundRecord, ToolInvocationRecord
 
 _ENDING = boundary_end_sql(":status", ":terminal", ":error_code", ":error_message")
@@ -125,67 +124,61 @@ COMMIT_RESUME_SQL = _commit_sql(
 )
 
 
-def _tool_row(tool: ToolInvocationRecord) -> dict[str, Any]:
+def _tool_row(tool: ToolInvocationRecord) -> JsonObject:
     return {f.name: getattr(tool, f.name) for f in _TOOL_FIELDS}
 
 
-def _message_row(message: MessageRecord) -> dict[str, Any]:
+def _message_row(message: MessageRecord) -> JsonObject:
     # A tool message is stored without its result: the result is stored once, in the
     # call's tool_invocations row (schema.store.bodies).
     body = without_result(message.body) if message.body.get("role") == "tool" else message.body
     return {"position": message.position, "body": body, "chain_digest": message.chain_digest}
 
 
-def _event_row(event: EventRecord) -> dict[str, Any]:
+def _event_row(event: EventRecord) -> JsonObject:
     data = without_result(event.data) if event.kind == EventKind.TOOL_COMPLETED else event.data
     return {"kind": str(event.kind), "data": data}
 
 
 def commit_round_txn(conn: Connection, record: RoundRecord) -> Committed:
-    row = conn.execute(
-        COMMIT_RESUME_SQL if record.resumed else COMMIT_ROUND_SQL,
-        {
-            "run_id": record.run_id,
-            "fence": record.fence,
-            "boundary_seq": record.boundary_seq,
-            "status": str(record.status),
-            "terminal": record.terminal,
-            "output": record.output,
-            "error_code": record.error_code,
-            "error_message": record.error_message,
-            "outcome": str(record.outcome),
-            "system_digest": record.system_digest,
-            "messages_digest": record.messages_digest,
-            "tools_digest": record.tools_digest,
-            "accepted_response_digest": record.accepted_response_digest,
-            "tool_fingerprint": record.tool_fingerprint,
-            "repeat_count": record.repeat_count,
-            "proof": record.proof,
-            "finish_reason": record.finish_reason,
-            "messages": json.dumps([_message_row(m) for m in record.messages]),
-            "tools": json.dumps([_tool_row(t) for t in record.tools]),
-            "events": json.dumps([_event_row(e) for e in record.events]),
-            "n_events": len(record.events),
-        },
-    ).one_or_none()
-    if row is None:
-        raise FenceLost(record.run_id, record.fence)
-    return Committed(next_runs=next_runs(row), interrupted=row.interrupted)
-
-
-def commit_round(engine: Engine, record: RoundRecord) -> Committed:
     """Commit a round under the held fence, or raise ``FenceLost`` having written
     nothing. Returns whether a pending interrupt ended the run here, and the queued runs
     to send: when the run ended, the next one of its Root, and when it gave back a slot
     of its owner's cap, the owner's next one."""
     try:
-        return run_transaction(
-            engine, lambda conn: commit_round_txn(conn, record), name="commit_round", single_statement=True
-        )
+        row = conn.execute(
+            COMMIT_RESUME_SQL if record.resumed else COMMIT_ROUND_SQL,
+            {
+                "run_id": record.run_id,
+                "fence": record.fence,
+                "boundary_seq": record.boundary_seq,
+                "status": str(record.status),
+                "terminal": record.terminal,
+                "output": record.output,
+                "error_code": record.error_code,
+                "error_message": record.error_message,
+                "outcome": str(record.outcome),
+                "system_digest": record.system_digest,
+                "messages_digest": record.messages_digest,
+                "tools_digest": record.tools_digest,
+                "accepted_response_digest": record.accepted_response_digest,
+                "tool_fingerprint": record.tool_fingerprint,
+                "repeat_count": record.repeat_count,
+                "proof": record.proof,
+                "finish_reason": record.finish_reason,
+                "messages": json.dumps([_message_row(m) for m in record.messages]),
+                "tools": json.dumps([_tool_row(t) for t in record.tools]),
+                "events": json.dumps([_event_row(e) for e in record.events]),
+                "n_events": len(record.events),
+            },
+        ).one_or_none()
     except IntegrityError as exc:
         if getattr(getattr(exc.orig, "diag", None), "constraint_name", None) == "uq_tool_invocations_run_id":
             raise ToolCallIdReused(record.run_id) from None
         raise
+    if row is None:
+        raise FenceLost(record.run_id, record.fence)
+    return Committed(next_runs=next_runs(row), interrupted=row.interrupted)
 
 
 # --- the model-call ledger --------------------------------------------------------------------
@@ -243,6 +236,10 @@ def record_model_call_started_txn(
     request_digest: str,
     estimate_tokens: int = 0,
 ) -> int:
+    """Write the ledger row before calling the model, reserving ``estimate_tokens``
+    against the owner's budget if it has one; a holder that lost its fence gets
+    ``FenceLost`` here and never pays for the call, and a call the budget cannot take
+    gets ``BudgetRefused`` (nothing written, nothing reserved)."""
     row = conn.execute(
         _LEDGER_START_SQL,
         {
@@ -261,29 +258,6 @@ def record_model_call_started_txn(
     return int(row.call_id)
 
 
-def record_model_call_started(
-    engine: Engine,
-    run_id: UUID,
-    boundary_seq: int,
-    attempt: int,
-    fence: int,
-    request_digest: str,
-    estimate_tokens: int = 0,
-) -> int:
-    """Write the ledger row before calling the model, reserving ``estimate_tokens``
-    against the owner's budget if it has one; a holder that lost its fence gets
-    ``FenceLost`` here and never pays for the call, and a call the budget cannot take
-    gets ``BudgetRefused`` (nothing written, nothing reserved)."""
-    return run_transaction(
-        engine,
-        lambda conn: record_model_call_started_txn(
-            conn, run_id, boundary_seq, attempt, fence, request_digest, estimate_tokens
-        ),
-        name="model_call_started",
-        single_statement=True,
-    )
-
-
 def record_model_call_finished_txn(
     conn: Connection,
     call_id: int,
@@ -294,8 +268,15 @@ def record_model_call_finished_txn(
     input_tokens: int | None,
     output_tokens: int | None,
     error_code: str | None,
-    response: dict[str, Any] | None = None,
-) -> bool | None:
+    response: JsonMapping | None = None,
+) -> None:
+    """Write the call's outcome and usage right after it returns (before tools run), so
+    the spend is on record even if the round never commits, and with them the accepted
+    ``response`` (``ModelResponse.to_json()``) of a call that succeeded: the round's next
+    claim hands it back (``schema.store.claims``), so a round redone after its holder died
+    runs the same tool calls without asking the model again. A holder that has lost its
+    fence records its call all the same, marked ``stale``, and then gets ``FenceLost``
+    (its round can never commit, so it stops here)."""
     stale = conn.execute(
         _LEDGER_FINISH_SQL,
         {
@@ -311,43 +292,7 @@ def record_model_call_finished_txn(
             "error_code": error_code,
         },
     ).scalar_one_or_none()
-    return None if stale is None else bool(stale)
-
-
-def record_model_call_finished(
-    engine: Engine,
-    call_id: int,
-    run_id: UUID,
-    fence: int,
-    *,
-    response_digest: str | None,
-    input_tokens: int | None,
-    output_tokens: int | None,
-    error_code: str | None,
-    response: dict[str, Any] | None = None,
-) -> None:
-    """Write the call's outcome and usage right after it returns (before tools run), so
-    the spend is on record even if the round never commits, and with them the accepted
-    ``response`` (``ModelResponse.to_json()``) of a call that succeeded: the round's next
-    claim hands it back (``schema.store.claims``), so a round redone after its holder died
-    runs the same tool calls without asking the model again. A holder that has lost its
-    fence records its call all the same, marked ``stale``, and then gets ``FenceLost``
-    (its round can never commit, so it stops here)."""
-    stale = run_transaction(
-        engine,
-        lambda conn: record_model_call_finished_txn(
-            conn,
-            call_id,
-            run_id,
-            fence,
-            response_digest=response_digest,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            error_code=error_code,
-            response=response,
-        ),
-        name="model_call_finished",
-        single_statement=True,
-    )
-    if stale is None or stale:  # None: not this holder's started call; nothing was written
+    # None: not this holder's started call; nothing was written. Stale: written (the one
+    # statement runs in autocommit), and the holder stops here.
+    if stale is None or stale:
         raise FenceLost(run_id, fence)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine, text
@@ -22,6 +21,7 @@ from schema.store.tx import run_transaction
 from schema.store.webhooks import deliveries_of
 from schema.wire import RootPolicy, RunRequest, RunStatus, RunView
 from schema.wire.errors import ErrorCode
+from schema.wire.json import JsonMapping
 from schema.wire.route import Route
 
 
@@ -145,7 +145,7 @@ def _cancel_for(conn: Connection, policy: RootPolicy, to_cancel: ToCancel, new_r
 def submit_run_txn(
     conn: Connection,
     request: RunRequest,
-    config: dict[str, Any],
+    config: JsonMapping,
     trace_context: str | None = None,
     *,
     request_digest: str | None = None,
@@ -196,7 +196,7 @@ def submit_run_txn(
 def submit_run(
     engine: Engine,
     request: RunRequest,
-    config: dict[str, Any],
+    config: JsonMapping,
     trace_context: str | None = None,
     *,
     request_digest: str | None = None,
@@ -304,15 +304,13 @@ def _end_run(
     )
 
 
-def fail_claimed_run(engine: Engine, run_id: UUID, fence: int, error_code: str, message: str) -> tuple[UUID, ...]:
-    """Fail a run the caller holds (fenced). Returns the queued runs to send (``next_runs``)."""
-    ended, next_run_ids = _end_run(
-        engine,
-        run_id,
-        fence=fence,
-        status=RunStatus.FAILED,
-        error_code=error_code,
-        message=message,
+def fail_claimed_run_txn(
+    conn: Connection, run_id: UUID, fence: int, error_code: str, message: str
+) -> tuple[UUID, ...]:
+    """Fail a run the caller holds (fenced: one statement, nothing written without the
+    fence). Returns the queued runs to send (``next_runs``)."""
+    ended, next_run_ids = end_run_txn(
+        conn, run_id, fence=fence, status=RunStatus.FAILED, error_code=error_code, message=message,
         event_kind="run_failed",
     )
     if not ended:
@@ -335,6 +333,10 @@ def cancel_run(engine: Engine, run_id: UUID) -> tuple[bool, tuple[UUID, ...]]:
 
 
 def end_interrupted_run_txn(conn: Connection, run_id: UUID, fence: int) -> tuple[bool, tuple[UUID, ...]]:
+    """End, cancelled, a run whose interrupt is pending and whose claim ``fence`` left it
+    at a boundary without a commit (its holder died or gave it back; its next claim was
+    refused). The fence is checked and bumped, so a holder of that claim cannot commit
+    after it. Returns (ended, the queued runs to send)."""
     interrupter = conn.execute(
         text("SELECT interrupted_by FROM runs WHERE id = :id AND claim_fence = :fence FOR UPDATE"),
         {"id": run_id, "fence": fence},
@@ -345,16 +347,6 @@ def end_interrupted_run_txn(conn: Connection, run_id: UUID, fence: int) -> tuple
     return end_run_txn(
         conn, run_id, fence=fence, bump_fence=True, status=RunStatus.CANCELLED, error_code=code,
         message=message, event_kind="run_cancelled",
-    )
-
-
-def end_interrupted_run(engine: Engine, run_id: UUID, fence: int) -> tuple[bool, tuple[UUID, ...]]:
-    """End, cancelled, a run whose interrupt is pending and whose claim ``fence`` left it
-    at a boundary without a commit (its holder died or gave it back; its next claim was
-    refused). The fence is checked and bumped, so a holder of that claim cannot commit
-    after it. Returns (ended, the queued runs to send)."""
-    return run_transaction(
-        engine, lambda conn: end_interrupted_run_txn(conn, run_id, fence), name="end_interrupted_run"
     )
 
 

@@ -1,31 +1,62 @@
-"""``Store``: the store operations the worker shell uses (``worker.engine.round``, ``worker.engine.resume``,
-``worker.engine.rebuild`` and ``worker.ops.celery_app.send_or_defer``), bound to one engine.
+"""``Store``: the PostgreSQL implementation of ``schema.store.port.StorePort``, the store
+operations the worker shell uses, bound to one engine.
 
-The one seam between the shell and PostgreSQL: each method is the module function of the
-same name with the engine bound, and nothing else (no logic, no extra round trip). The
-unit tests put an in-memory double with the same methods in its place
-(``tests/support/memory_store.py``), kept honest against this one by a db test.
+Each operation is written once, as a ``<verb>_txn(conn, ...)`` helper in its module (a
+function of a connection that never commits, so a caller can compose it in a transaction
+of its own). ``Store`` only says how to run each one, with no logic and no extra round
+trip: ``transaction`` runs it in one transaction through ``tx.run_transaction`` (its
+name, isolation level and serialization-conflict retries; ``single_statement``: one
+statement in autocommit, on the driver's connection for the round's hot path), ``read``
+on a connection of its own (a read, as the reads have always run: no retry). The method's
+signature is the helper's without its connection, so mypy checks it against the port.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-from uuid import UUID
+from typing import Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from schema.store import budgets, claims, effects, leases, rebuilds, resumes, rounds, routes, runs, suspensions
-from schema.store.claims import ClaimRefusal
-from schema.store.effects import ExecutionRecord
-from schema.store.leases import Due
-from schema.store.rebuilds import PlanReservation, Reservation, VerifyPrefix
-from schema.store.resumes import SuspensionMaterial
-from schema.wire import OriginalToolRoundResume
-from schema.wire.claim import Claim, LoadedMessage
-from schema.wire.rebuild import RebuildCandidate, SourceMessage
-from schema.wire.record import Committed, RoundRecord
-from schema.wire.route import Route
+from schema.store.port import StorePort
+from schema.store.tx import run_transaction
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def transaction(
+    txn: Callable[Concatenate[Connection, P], T],
+    *,
+    name: str,
+    single_statement: bool = False,
+    isolation_level: str | None = None,
+) -> Callable[Concatenate[Store, P], T]:
+    """The ``Store`` method that runs ``txn`` in one transaction named ``name``."""
+
+    def method(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_transaction(
+            self.engine,
+            lambda conn: txn(conn, *args, **kwargs),
+            name=name,
+            single_statement=single_statement,
+            isolation_level=isolation_level,
+        )
+
+    method.__doc__ = txn.__doc__
+    return method
+
+
+def read(txn: Callable[Concatenate[Connection, P], T]) -> Callable[Concatenate[Store, P], T]:
+    """The ``Store`` method that runs the read ``txn`` on a connection of its own."""
+
+    def method(self: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        with self.engine.connect() as conn:
+            return txn(conn, *args, **kwargs)
+
+    method.__doc__ = txn.__doc__
+    return method
 
 
 class Store:
@@ -33,176 +64,44 @@ class Store:
         self.engine = engine
 
     # --- claims ---------------------------------------------------------------------------
-
-    def claim_round(
-        self,
-        run_id: UUID,
-        boundary_seq: int,
-        *,
-        lease_s: float,
-        after_position: int,
-        cold: bool,
-        holder: UUID,
-        resume_of: list[str] | None = None,
-        held_fence: int | None = None,
-    ) -> Claim | None:
-        return claims.claim_round(
-            self.engine,
-            run_id,
-            boundary_seq,
-            lease_s=lease_s,
-            after_position=after_position,
-            cold=cold,
-            holder=holder,
-            resume_of=resume_of,
-            held_fence=held_fence,
-        )
-
-    def explain_refused_claim(self, run_id: UUID, boundary_seq: int, *, resume: bool) -> ClaimRefusal:
-        return claims.explain_refused_claim(self.engine, run_id, boundary_seq, resume=resume)
-
-    def load_messages(self, root_id: UUID, from_position: int) -> tuple[LoadedMessage, ...]:
-        return claims.load_messages(self.engine, root_id, from_position)
-
+    claim_round = transaction(claims.claim_round_txn, name="claim_round", single_statement=True)
+    explain_refused_claim = read(claims.explain_refused_claim_txn)
+    load_messages = read(claims.load_messages_txn)
     # --- rounds and the model-call ledger -------------------------------------------------
-
-    def record_model_call_started(
-        self, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str,
-        estimate_tokens: int = 0,
-    ) -> int:
-        return rounds.record_model_call_started(
-            self.engine, run_id, boundary_seq, attempt, fence, request_digest, estimate_tokens
-        )
-
-    def park_for_budget(self, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]) -> tuple[UUID, ...]:
-        return budgets.park_for_budget(self.engine, run_id, fence, boundary_seq, wait)
-
-    def record_model_call_finished(
-        self,
-        call_id: int,
-        run_id: UUID,
-        fence: int,
-        *,
-        response_digest: str | None,
-        input_tokens: int | None,
-        output_tokens: int | None,
-        error_code: str | None,
-        response: dict[str, Any] | None = None,
-    ) -> None:
-        rounds.record_model_call_finished(
-            self.engine,
-            call_id,
-            run_id,
-            fence,
-            response_digest=response_digest,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            error_code=error_code,
-            response=response,
-        )
-
-    def commit_round(self, record: RoundRecord) -> Committed:
-        return rounds.commit_round(self.engine, record)
-
+    record_model_call_started = transaction(
+        rounds.record_model_call_started_txn, name="model_call_started", single_statement=True
+    )
+    record_model_call_finished = transaction(
+        rounds.record_model_call_finished_txn, name="model_call_finished", single_statement=True
+    )
+    park_for_budget = transaction(budgets.park_for_budget_txn, name="park_for_budget", single_statement=True)
+    commit_round = transaction(rounds.commit_round_txn, name="commit_round", single_statement=True)
     # --- at-most-once tool calls ----------------------------------------------------------
-
-    def start_tool_execution(
-        self, run_id: UUID, boundary_seq: int, tool_call_id: str, fence: int, *, retry_of: str | None
-    ) -> ExecutionRecord | None:
-        return effects.start_execution(self.engine, run_id, boundary_seq, tool_call_id, fence, retry_of=retry_of)
-
-    def finish_tool_execution(
-        self, run_id: UUID, tool_call_id: str, fence: int, status: str | None, result: object
-    ) -> None:
-        effects.finish_execution(self.engine, run_id, tool_call_id, fence, status, result)
-
+    start_tool_execution = transaction(effects.start_execution_txn, name="start_tool_execution")
+    finish_tool_execution = transaction(effects.finish_execution_txn, name="finish_tool_execution")
     # --- giving a claim back, ending a run, dispatch --------------------------------------
-
-    def release_lease(
-        self, run_id: UUID, fence: int, *, round_at_fault: bool, dispatch_after_s: float | None = None
-    ) -> bool:
-        return leases.release_lease(
-            self.engine, run_id, fence, round_at_fault=round_at_fault, dispatch_after_s=dispatch_after_s
-        )
-
-    def fail_claimed_run(self, run_id: UUID, fence: int, error_code: str, message: str) -> tuple[UUID, ...]:
-        return runs.fail_claimed_run(self.engine, run_id, fence, error_code, message)
-
-    def end_interrupted_run(self, run_id: UUID, fence: int) -> tuple[bool, tuple[UUID, ...]]:
-        return runs.end_interrupted_run(self.engine, run_id, fence)
-
-    def route_of(self, run_id: UUID, owner: str | None = None) -> Route:
-        return routes.route_of(self.engine, run_id, owner)
-
-    def due_of(self, run_id: UUID, owner: str | None = None) -> Due:
-        return leases.due_of(self.engine, run_id, owner)
-
-    def pending_resumes(self, run_id: UUID) -> list[OriginalToolRoundResume]:
-        return suspensions.pending_resumes(self.engine, run_id)
-
-    def dispatch_failed(self, run_id: UUID) -> None:
-        leases.dispatch_failed(self.engine, run_id)
-
+    release_lease = transaction(leases.release_lease_txn, name="release_lease", single_statement=True)
+    fail_claimed_run = transaction(runs.fail_claimed_run_txn, name="end_run", single_statement=True)
+    end_interrupted_run = transaction(runs.end_interrupted_run_txn, name="end_interrupted_run")
+    route_of = read(routes.route_of_txn)
+    due_of = read(leases.due_of_txn)
+    pending_resumes = read(suspensions.pending_resumes_txn)
+    dispatch_failed = transaction(leases.dispatch_failed_txn, name="dispatch_failed", single_statement=True)
     # --- suspensions ----------------------------------------------------------------------
-
-    def resume_if_ready(self, run_id: UUID) -> list[OriginalToolRoundResume]:
-        return suspensions.resume_if_ready(self.engine, run_id)
-
-    def load_suspension(self, invocation_id: str) -> SuspensionMaterial | None:
-        return resumes.load_suspension(self.engine, invocation_id)
-
+    resume_if_ready = transaction(suspensions.resume_if_ready_txn, name="resume_if_ready")
+    load_suspension = transaction(
+        resumes.load_suspension_txn, name="load_suspension", isolation_level="REPEATABLE READ"
+    )
     # --- context rebuilds -----------------------------------------------------------------
+    reserve_model_rebuild = transaction(rebuilds.reserve_model_rebuild_txn, name="reserve_model_rebuild")
+    load_context_sources = read(rebuilds.load_context_sources_txn)
+    record_candidate = transaction(
+        rebuilds.record_candidate_txn, name="record_rebuild_candidate", single_statement=True
+    )
+    admit_model_rebuild_request = transaction(
+        rebuilds.admit_model_rebuild_request_txn, name="admit_model_rebuild_request", isolation_level="REPEATABLE READ"
+    )
 
-    def reserve_model_rebuild(
-        self,
-        *,
-        run_id: UUID,
-        fence: int,
-        boundary_seq: int,
-        chain_anchor: int,
-        predecessor_build_id: UUID | None,
-        plan_reservation: PlanReservation,
-    ) -> Reservation:
-        return rebuilds.reserve_model_rebuild(
-            self.engine,
-            run_id=run_id,
-            fence=fence,
-            boundary_seq=boundary_seq,
-            chain_anchor=chain_anchor,
-            predecessor_build_id=predecessor_build_id,
-            plan_reservation=plan_reservation,
-        )
 
-    def load_context_sources(self, root_id: UUID, from_position: int) -> list[SourceMessage]:
-        return rebuilds.load_context_sources(self.engine, root_id, from_position)
-
-    def record_candidate(self, build_id: UUID, run_id: UUID, fence: int, candidate: RebuildCandidate) -> None:
-        rebuilds.record_candidate(self.engine, build_id, run_id, fence, candidate)
-
-    def admit_model_rebuild_request(
-        self,
-        *,
-        build_id: UUID,
-        run_id: UUID,
-        fence: int,
-        boundary_seq: int,
-        chain_anchor: int,
-        context_start: int,
-        candidate: RebuildCandidate,
-        authorize: Callable[[int], None],
-        verify_prefix: VerifyPrefix,
-        after_snapshot: Callable[[], None] | None = None,
-    ) -> None:
-        rebuilds.admit_model_rebuild_request(
-            self.engine,
-            build_id=build_id,
-            run_id=run_id,
-            fence=fence,
-            boundary_seq=boundary_seq,
-            chain_anchor=chain_anchor,
-            context_start=context_start,
-            candidate=candidate,
-            authorize=authorize,
-            verify_prefix=verify_prefix,
-            after_snapshot=after_snapshot,
-        )
+def _conforms(store: Store) -> StorePort:
+    return store  # mypy: Store implements every operation of the port, with its signature

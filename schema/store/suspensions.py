@@ -14,16 +14,17 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, text
 
 from schema.store.errors import RunNotFound
 from schema.store.limits import at_capacity_sql
+from schema.store.rows import StoredRow
 from schema.store.tx import run_transaction
 from schema.wire import TERMINAL_STATUSES, OriginalToolRoundResume, RunStatus, WaitingFor
 from schema.wire.errors import AidaworkError, ErrorCode
+from schema.wire.json import JsonMapping, JsonObject, JsonValue
 from schema.wire.vocab import ANSWERED_WAITS, ToolAnswerKind, ToolStatus
 
 
@@ -84,11 +85,11 @@ ANSWERS_FOR: dict[str, frozenset[str]] = {
 }
 
 
-def suspended_calls(conn: Connection, run_id: UUID) -> list[Any]:
+def suspended_calls(conn: Connection, run_id: UUID) -> list[StoredRow]:
     return list(conn.execute(_SUSPENDED_CALLS_SQL, {"run_id": run_id}))
 
 
-def resume_of(run_id: UUID, boundary_seq: int, row: Any) -> OriginalToolRoundResume:
+def resume_of(run_id: UUID, boundary_seq: int, row: StoredRow) -> OriginalToolRoundResume:
     return OriginalToolRoundResume(
         run_id=run_id,
         invocation_id=row.invocation_id,
@@ -119,14 +120,15 @@ def waiting_for(conn: Connection, run_id: UUID) -> list[WaitingFor]:
     ]
 
 
-def _shown_args(row: Any) -> Any:
+def _shown_args(row: StoredRow) -> JsonValue:
     """The args a waiting call is answered about: as approved when a person edited them
     (a client tool then runs with those), else as the model proposed them."""
     approval = row.approval or {}
-    return approval["args"] if approval.get("decision") == "approve" and "args" in approval else row.args
+    shown: JsonValue = approval["args"] if approval.get("decision") == "approve" and "args" in approval else row.args
+    return shown
 
 
-def lock_run(conn: Connection, run_id: UUID) -> Any:
+def lock_run(conn: Connection, run_id: UUID) -> StoredRow:
     row = conn.execute(
         text("SELECT status, boundary_seq FROM runs WHERE id = :id FOR UPDATE"), {"id": run_id}
     ).one_or_none()
@@ -135,13 +137,13 @@ def lock_run(conn: Connection, run_id: UUID) -> Any:
     return row
 
 
-def refuse_if_ended(run_id: UUID, run: Any) -> None:
+def refuse_if_ended(run_id: UUID, run: StoredRow) -> None:
     if run.status in TERMINAL_STATUSES:
         raise DeliveryRefused(run_id, f"the run has ended ({run.status}); it waits for nothing", "run_id")
 
 
 def ready_resumes(
-    conn: Connection, run_id: UUID, run: Any, event: dict[str, Any], event_kind: str = "input_delivered"
+    conn: Connection, run_id: UUID, run: StoredRow, event: JsonMapping, event_kind: str = "input_delivered"
 ) -> list[OriginalToolRoundResume]:
     """Record the event; if the round has all its inputs now, make the run ready to
     resume and return the resumes."""
@@ -238,7 +240,7 @@ def deliver_local_read_txn(
             for p, c in files.items()
         ],
     )
-    event = {
+    event: JsonObject = {
         "tool_call_id": tool_call_id,
         "kind": "local_read",
         "files": [{"path": p, "digest": d} for p, d in sorted(digests.items())],
@@ -256,7 +258,7 @@ def deliver_local_read(
     )
 
 
-def resolve_prerequisite_txn(conn: Connection, run_id: UUID, key: str, value: Any) -> Receipt:
+def resolve_prerequisite_txn(conn: Connection, run_id: UUID, key: str, value: JsonValue) -> Receipt:
     run = lock_run(conn, run_id)
     existing = conn.execute(
         text("SELECT value FROM prerequisites WHERE run_id = :id AND key = :key"), {"id": run_id, "key": key}
@@ -277,17 +279,20 @@ def resolve_prerequisite_txn(conn: Connection, run_id: UUID, key: str, value: An
         text("INSERT INTO prerequisites (run_id, key, value) VALUES (:id, :key, CAST(:value AS jsonb))"),
         {"id": run_id, "key": key, "value": json.dumps(value)},
     )
-    event = {"kind": "prerequisite", "key": key, "tool_call_ids": [c.tool_call_id for c in waiting]}
+    event: JsonObject = {"kind": "prerequisite", "key": key, "tool_call_ids": [c.tool_call_id for c in waiting]}
     return Receipt(stored=True, resumes=ready_resumes(conn, run_id, run, event))
 
 
-def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: Any) -> Receipt:
+def resolve_prerequisite(engine: Engine, run_id: UUID, key: str, value: JsonValue) -> Receipt:
     return run_transaction(
         engine, lambda conn: resolve_prerequisite_txn(conn, run_id, key, value), name="resolve_prerequisite"
     )
 
 
 def resume_if_ready_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoundResume]:
+    """A round that suspended on inputs that were already there (a prerequisite resolved
+    for an earlier call) needs no delivery: make it ready at once. Called after a
+    suspension commits, and by the reconciler."""
     run = conn.execute(
         text("SELECT status, boundary_seq FROM runs WHERE id = :id FOR UPDATE"), {"id": run_id}
     ).one_or_none()
@@ -296,15 +301,8 @@ def resume_if_ready_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoun
     calls = suspended_calls(conn, run_id)
     if not calls or not all(c.delivered for c in calls):
         return []
-    event = {"tool_call_ids": [c.tool_call_id for c in calls], "reason": "inputs already delivered"}
+    event: JsonObject = {"tool_call_ids": [c.tool_call_id for c in calls], "reason": "inputs already delivered"}
     return ready_resumes(conn, run_id, run, event, "resume_ready")
-
-
-def resume_if_ready(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResume]:
-    """A round that suspended on inputs that were already there (a prerequisite resolved
-    for an earlier call) needs no delivery: make it ready at once. Called after a
-    suspension commits, and by the reconciler."""
-    return run_transaction(engine, lambda conn: resume_if_ready_txn(conn, run_id), name="resume_if_ready")
 
 
 def suspended_with_all_inputs(engine: Engine, *, limit: int = 100) -> list[UUID]:
@@ -326,10 +324,9 @@ def suspended_with_all_inputs(engine: Engine, *, limit: int = 100) -> list[UUID]
         return [r.id for r in rows]
 
 
-def pending_resumes(engine: Engine, run_id: UUID) -> list[OriginalToolRoundResume]:
+def pending_resumes_txn(conn: Connection, run_id: UUID) -> list[OriginalToolRoundResume]:
     """The resumes of a run that is ready to resume (for the reconciler)."""
-    with engine.connect() as conn:
-        run = conn.execute(text("SELECT boundary_seq FROM runs WHERE id = :id"), {"id": run_id}).one_or_none()
-        if run is None:
-            return []
-        return [resume_of(run_id, run.boundary_seq, c) for c in suspended_calls(conn, run_id)]
+    run = conn.execute(text("SELECT boundary_seq FROM runs WHERE id = :id"), {"id": run_id}).one_or_none()
+    if run is None:
+        return []
+    return [resume_of(run_id, run.boundary_seq, c) for c in suspended_calls(conn, run_id)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 from sqlalchemy import Connection, Engine, create_engine
@@ -36,7 +36,7 @@ def make_engine(
     ``prepared_statements=False`` for PgBouncer in transaction pooling mode: psycopg
     prepares a statement on the server after a few executions, and behind such a pooler
     the next execution may reach another server connection that never prepared it."""
-    connect_args: dict[str, Any] = {} if prepared_statements else {"prepare_threshold": None}
+    connect_args: dict[str, object] = {} if prepared_statements else {"prepare_threshold": None}
     # No pre-ping: it would add a round trip to every round. A dead connection fails
     # the statement, the task fails, and the run is redelivered.
     return create_engine(

@@ -11,12 +11,13 @@ end is fenced by that count, so a deliverer that outlived its lease changes noth
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, TextClause, text
 
 from schema.store.bodies import event_data_sql
 from schema.store.tx import run_transaction
@@ -135,7 +136,7 @@ def record_attempt_failed(
     return None if status is None else WebhookStatus(status)
 
 
-def _record(engine: Engine, sql: Any, params: dict[str, Any]) -> bool:
+def _record(engine: Engine, sql: TextClause, params: Mapping[str, object]) -> bool:
     found = run_transaction(
         engine, lambda conn: conn.execute(sql, params).scalar_one_or_none(), name="record_webhook",
         single_statement=True,

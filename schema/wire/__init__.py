@@ -15,6 +15,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schema.wire.json import JsonObjectField
 from schema.wire.route import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from schema.wire.vocab import WebhookStatus
 
@@ -71,7 +72,7 @@ class RunRequest(_Wire):
     owner: str = Field(min_length=1, max_length=MAX_OWNER_CHARS, pattern=OWNER_PATTERN)
     root_id: UUID | None = None
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
-    config: dict[str, Any]
+    config: JsonObjectField
     webhook: Webhook | None = None
     # The same owner and key return the same run (schema.store.runs, submit_run_txn).
     idempotency_key: str | None = Field(
@@ -152,6 +153,7 @@ class RunEvent(_Wire):
     run_id: UUID
     seq: int
     kind: EventKind
+    # Untyped still: worker.cli.run_view reads its members unchecked (JsonObjectField once it narrows them).
     data: dict[str, Any]
     created_at: datetime
 
@@ -165,7 +167,7 @@ class WaitingFor(_Wire):
     kind: str  # local_read | prerequisite | client_tool | approval | outcome_unknown | budget
     paths: list[str] | None = None  # local_read: the files asked for
     key: str | None = None  # prerequisite: its key
-    args: dict[str, Any] | None = None  # client_tool, approval, outcome_unknown: the call's args
+    args: JsonObjectField | None = None  # client_tool, approval, outcome_unknown: the call's args
     reason: str | None = None  # outcome_unknown: why it is not known
     delivered: bool
     # budget: the owner's window (1h | 1d | 30d) and when it ends, its budget, the tokens

@@ -6,9 +6,9 @@ response an earlier holder of the same round already paid for. Built by the stor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
+from schema.wire.json import JsonObject
 from schema.wire.route import DEFAULT_PRIORITY, DEFAULT_WEIGHT, Route
 
 
@@ -28,7 +28,7 @@ class LoadedMessage:
     its durable local reads by path when it is a ``read_files`` result."""
 
     position: int
-    body: dict[str, Any]
+    body: JsonObject
     reads: dict[str, str] | None
 
 
@@ -52,7 +52,7 @@ class RecordedResponse:
     the request it answered. The core reuses it only for the very same request."""
 
     request_digest: str
-    response: dict[str, Any]  # ModelResponse.to_json()
+    response: JsonObject  # ModelResponse.to_json()
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Claim:
     attempt: int  # this execution's number: 1 + earlier executions of the round that failed
     claims: int  # claims at this boundary, this one included
     input: str | None  # only on a cold claim
-    config: dict[str, Any] | None  # only on a cold claim
+    config: JsonObject | None  # only on a cold claim
     new_messages: tuple[LoadedMessage, ...]  # committed since the caller's after_position
     previous_fingerprint: str | None  # the previous round's breaker state
     previous_repeat_count: int

@@ -5,12 +5,13 @@ its tool calls with their full outputs, and the model-call ledger."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from schema.wire import RunStatus
+from schema.wire.json import JsonField, JsonObjectField
 
 
 class _Wire(BaseModel):
@@ -52,11 +53,11 @@ class ToolCallRow(_Wire):
     tool_call_id: str
     tool_name: str
     tool_domain: str | None
-    args: dict[str, Any]
+    args: JsonObjectField
     status: str
-    result: Any = Field(description="the full raw output, whatever the model's context was given")
-    suspension: dict[str, Any] | None
-    approval: dict[str, Any] | None
+    result: JsonField = Field(description="the full raw output, whatever the model's context was given")
+    suspension: JsonObjectField | None
+    approval: JsonObjectField | None
     created_at: datetime
 
 
@@ -76,7 +77,7 @@ class RoundView(_Wire):
         description="verified: the two are equal; mismatch: they differ (a stored message changed); unchecked: "
         "the round ran under a context since replaced by a rebuild"
     )
-    context: list[dict[str, Any]] = Field(description="what the model saw: the messages as sent, in order")
+    context: list[JsonObjectField] = Field(description="what the model saw: the messages as sent, in order")
     tool_calls: list[ToolCallRow]
     model_calls: list[ModelCallRow]
     duplicate_model_calls: bool = Field(description="more than one model call at this boundary")

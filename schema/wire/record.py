@@ -6,24 +6,24 @@ them), so the tool invocation's field list is written here and in the table only
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
 from schema.wire import EventKind, RunStatus
+from schema.wire.json import JsonObject, JsonValue
 from schema.wire.vocab import RoundOutcomeKind, ToolDomain, ToolStatus
 
 
 @dataclass(frozen=True)
 class MessageRecord:
     position: int
-    body: dict[str, Any]  # the full message (the store keeps a tool result only once)
+    body: JsonObject  # the full message (the store keeps a tool result only once)
     chain_digest: str
 
 
 @dataclass(frozen=True)
 class EventRecord:
     kind: EventKind
-    data: dict[str, Any]
+    data: JsonObject
 
 
 @dataclass(frozen=True)
@@ -31,17 +31,17 @@ class ToolInvocationRecord:
     tool_call_id: str
     tool_name: str
     tool_domain: ToolDomain | None  # None: the model named a tool that is not enabled
-    args: dict[str, Any]
+    args: JsonObject
     args_digest: str
     status: ToolStatus
-    result: Any  # JSON; None while suspended
+    result: JsonValue  # JSON; None while suspended
     result_digest: str | None
-    suspension: dict[str, Any] | None  # what a suspended call waits for
+    suspension: JsonObject | None  # what a suspended call waits for
     invocation_id: str | None
     work_owner: str | None
     proof: str | None
     resumes_invocation_id: str | None  # set when a resume re-ran this call
-    approval: dict[str, Any] | None = None  # a person's decision on the call (maybe edited args)
+    approval: JsonObject | None = None  # a person's decision on the call (maybe edited args)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from sqlalchemy.exc import OperationalError
 
 from runtime.errors import ModelUnavailable
 from schema.store import leases as lease_store
-from schema.store import rounds as round_store
 from schema.store.errors import FenceLost
+from schema.store.store import Store
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
@@ -73,11 +73,11 @@ def test_release_after_an_unavailable_dependency_spends_no_attempt_but_a_bug_doe
     c = claim(engine, run.run_id)
     assert c is not None
     start_execution(engine, c)
-    assert lease_store.release_lease(engine, c.run_id, c.fence, round_at_fault=False)
+    assert Store(engine).release_lease(c.run_id, c.fence, round_at_fault=False)
     c2 = claim(engine, run.run_id)
     assert c2 is not None and c2.attempt == 1
     start_execution(engine, c2)
-    assert lease_store.release_lease(engine, c2.run_id, c2.fence, round_at_fault=True)
+    assert Store(engine).release_lease(c2.run_id, c2.fence, round_at_fault=True)
     c3 = claim(engine, run.run_id)
     assert c3 is not None and c3.attempt == 2
 
@@ -90,7 +90,7 @@ def test_commit_resets_the_budget_for_the_next_round(engine: Engine) -> None:
     c = reclaim(engine, c)
     assert (c.attempt, c.claims) == (2, 1)
     start_execution(engine, c)
-    round_store.commit_round(engine, record(c, outcome="continue", status="running"))
+    Store(engine).commit_round(record(c, outcome="continue", status="running"))
     following = claim(engine, run.run_id, boundary_seq=1)
     assert following is not None and (following.attempt, following.claims) == (1, 0)
 
@@ -138,14 +138,13 @@ def test_round_whose_holders_keep_dying_before_executing_fails_the_run(ctx: Any)
 def test_a_resume_starts_executing_at_its_claim(ctx: Any) -> None:
     # A resume calls no model: its claim marks the execution, so a resume that kills its
     # worker spends attempts like any round.
-    from schema.store import claims as claim_store
     from tests.support.suspensions import ready_read_one
 
     run_id, resumes = ready_read_one(ctx)
 
     def claim_resume() -> Claim | None:
-        return claim_store.claim_round(
-            ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER,
+        return Store(ctx.engine).claim_round(
+            run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER,
             resume_of=[r.invocation_id for r in resumes],
         )
 
@@ -160,7 +159,6 @@ def test_a_resume_starts_executing_at_its_claim(ctx: Any) -> None:
 def test_a_worker_takes_back_a_claim_it_could_not_release_at_once_and_for_free(engine: Engine) -> None:
     # The database went away mid-round: the round gave up (not its fault), and its
     # release failed too, so the lease is still live and the execution mark still set.
-    from schema.store import claims as claim_store
 
     run = submit(engine)
     c = claim(engine, run.run_id)
@@ -168,12 +166,12 @@ def test_a_worker_takes_back_a_claim_it_could_not_release_at_once_and_for_free(e
     start_execution(engine, c)
 
     assert claim(engine, run.run_id) is None  # anyone else waits for the lease
-    other_fence = claim_store.claim_round(
-        engine, run.run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, held_fence=c.fence + 7
+    other_fence = Store(engine).claim_round(
+        run.run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, held_fence=c.fence + 7
     )
     assert other_fence is None  # a fence this process never held takes nothing
-    again = claim_store.claim_round(
-        engine, run.run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, held_fence=c.fence
+    again = Store(engine).claim_round(
+        run.run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, held_fence=c.fence
     )
     assert again is not None and again.fence == c.fence + 1
     assert again.attempt == c.attempt  # giving up for an outage spent nothing

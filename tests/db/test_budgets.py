@@ -13,10 +13,10 @@ from sqlalchemy import Engine, text
 
 from runtime.budget import BudgetShortfall
 from schema.store import budgets
-from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.budgets import BudgetRefused
 from schema.store.errors import FenceLost
+from schema.store.store import Store
 from schema.store.suspensions import suspended_with_all_inputs
 from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
@@ -32,12 +32,12 @@ def claimed(engine: Engine) -> Claim:
 
 
 def start(engine: Engine, c: Claim, estimate: int) -> int:
-    return round_store.record_model_call_started(engine, c.run_id, c.boundary_seq, c.attempt, c.fence, "req", estimate)
+    return Store(engine).record_model_call_started(c.run_id, c.boundary_seq, c.attempt, c.fence, "req", estimate)
 
 
 def finish(engine: Engine, c: Claim, call_id: int, used: tuple[int, int]) -> None:
-    round_store.record_model_call_finished(
-        engine, call_id, c.run_id, c.fence,
+    Store(engine).record_model_call_finished(
+        call_id, c.run_id, c.fence,
         response_digest="resp", input_tokens=used[0], output_tokens=used[1], error_code=None,
     )
 
@@ -155,13 +155,13 @@ def test_a_parked_run_waits_until_its_budget_is_raised(engine: Engine) -> None:
     with pytest.raises(BudgetRefused) as refused:
         start(engine, c, 300)
     wait = BudgetShortfall(**refused.value.shortfall).to_json()
-    budgets.park_for_budget(engine, c.run_id, c.fence, c.boundary_seq, wait)
+    Store(engine).park_for_budget(c.run_id, c.fence, c.boundary_seq, wait)
     row = run_row(engine, c.run_id)
     assert (row["status"], row["lease_expires_at"], row["boundary_seq"]) == ("suspended", None, 0)
     (shown,) = run_store.get_run_view(engine, c.run_id).waiting_for
     assert (shown.kind, shown.token_budget, shown.estimate_tokens, shown.tool_call_id) == ("budget", 100, 300, None)
     with pytest.raises(FenceLost):  # a stale holder cannot park it again
-        budgets.park_for_budget(engine, c.run_id, c.fence, c.boundary_seq, wait)
+        Store(engine).park_for_budget(c.run_id, c.fence, c.boundary_seq, wait)
 
     assert budgets.wake_budget_waits(engine) == []  # still short
     assert budgets.set_owner_budget(engine, OWNER, 250, "1h", "wait") == []  # raised, still short
@@ -179,7 +179,7 @@ def test_a_parked_run_wakes_when_its_window_rolls_over(engine: Engine) -> None:
     past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
     wait = {"budget_window": "1h", "window_start": past, "window_ends_at": past, "token_budget": 100,
             "used": 100, "reserved": 0, "estimate": 300}
-    budgets.park_for_budget(engine, c.run_id, c.fence, c.boundary_seq, wait)
+    Store(engine).park_for_budget(c.run_id, c.fence, c.boundary_seq, wait)
     assert budgets.budget_changed(engine, OWNER) == [(c.run_id, 0)]
     assert budgets.budget_changed(engine, OWNER) == []  # once
 
@@ -190,7 +190,7 @@ def test_a_parked_run_is_no_suspension_for_the_resume_repair(engine: Engine) -> 
     wait = {"budget_window": "1h", "window_start": "2026-01-01T00:00:00+00:00",
             "window_ends_at": "2999-01-01T00:00:00+00:00", "token_budget": 100, "used": 0, "reserved": 0,
             "estimate": 300}
-    budgets.park_for_budget(engine, c.run_id, c.fence, c.boundary_seq, wait)
+    Store(engine).park_for_budget(c.run_id, c.fence, c.boundary_seq, wait)
     with engine.begin() as conn:  # parked a while ago
         conn.execute(text("UPDATE runs SET updated_at = now() - interval '1 minute' WHERE id = :id"), {"id": c.run_id})
     assert suspended_with_all_inputs(engine) == []

@@ -7,10 +7,9 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from runtime.prepare import prepare_execution
-from schema.store import claims as claim_store
-from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store import telemetry
+from schema.store.store import Store
 from tests.support.requests import scripted_request
 from tests.support.store import HOLDER, RUNTIME, claim, expire_lease, record
 
@@ -33,7 +32,7 @@ def test_a_claim_after_a_holder_died_in_its_call_counts_that_call(engine: Engine
     first = claim(engine, run.run_id)
     assert first is not None and first.earlier_model_calls == 0 and first.trace_context is None
     assert first.queue_lag_s is None  # no previous round
-    round_store.record_model_call_started(engine, run.run_id, 0, first.attempt, first.fence, "req")
+    Store(engine).record_model_call_started(run.run_id, 0, first.attempt, first.fence, "req")
     expire_lease(engine, run.run_id)  # the holder died with its call on the wire
     second = claim(engine, run.run_id)
     assert second is not None and second.earlier_model_calls == 1
@@ -44,9 +43,7 @@ def test_the_next_rounds_claim_says_how_long_since_the_commit(engine: Engine) ->
     run = run_store.submit_run(engine, request, prepared.turn_config.model_dump(mode="json"))
     first = claim(engine, run.run_id)
     assert first is not None
-    round_store.commit_round(engine, record(first, outcome="continue", status="running"))
-    nxt = claim_store.claim_round(
-        engine, run.run_id, 1, lease_s=30, after_position=-1, cold=True, holder=HOLDER
-    )
+    Store(engine).commit_round(record(first, outcome="continue", status="running"))
+    nxt = Store(engine).claim_round(run.run_id, 1, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
     assert nxt is not None and nxt.queue_lag_s is not None and nxt.queue_lag_s >= 0
     assert nxt.earlier_model_calls == 0

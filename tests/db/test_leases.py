@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 
 from schema.store import leases as lease_store
 from schema.store import rounds as round_store
+from schema.store.store import Store
 from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import claim, expire_lease, record, submit
@@ -38,7 +39,7 @@ def test_heartbeat_taken_before_a_commit_cannot_rearm_the_lease(engine: Engine) 
     assert held is not None
     stale_snapshot = [(held.run_id, held.fence)]  # the heartbeat thread read its holdings here
 
-    round_store.commit_round(engine, continued(held))  # round 0 committed: lease cleared
+    Store(engine).commit_round(continued(held))  # round 0 committed: lease cleared
     kept = lease_store.extend_leases(engine, stale_snapshot, lease_s=30)  # the heartbeat's statement lands now
 
     assert kept == set()
@@ -54,7 +55,7 @@ def test_heartbeat_taken_before_a_release_cannot_rearm_the_lease(engine: Engine)
     assert held is not None
     stale_snapshot = [(held.run_id, held.fence)]
 
-    assert lease_store.release_lease(engine, held.run_id, held.fence, round_at_fault=False)  # given back
+    assert Store(engine).release_lease(held.run_id, held.fence, round_at_fault=False)  # given back
     assert lease_store.extend_leases(engine, stale_snapshot, lease_s=30) == set()
 
     assert lease_of(engine, run.run_id)["cleared"]
@@ -67,7 +68,7 @@ def test_heartbeat_taken_before_a_suspension_and_its_resume_cannot_rearm_the_lea
     held = claim(engine, run.run_id)
     assert held is not None
     stale_snapshot = [(held.run_id, held.fence)]
-    round_store.commit_round(engine, record(held, outcome="suspend", status="suspended"))
+    Store(engine).commit_round(record(held, outcome="suspend", status="suspended"))
     # Every input arrived: the run is 'running' again at the same boundary and the same
     # fence, with no lease; only the resume's claim may take it.
     with engine.begin() as conn:
@@ -81,7 +82,7 @@ def test_heartbeat_of_a_superseded_claim_cannot_extend_the_new_holders_lease(eng
     run = submit(engine)
     first = claim(engine, run.run_id, lease_s=30)
     assert first is not None
-    round_store.commit_round(engine, continued(first))
+    Store(engine).commit_round(continued(first))
     second = claim(engine, run.run_id, boundary_seq=1, lease_s=1)
     assert second is not None
     before = run_row(engine, run.run_id)["lease_expires_at"]
@@ -168,7 +169,7 @@ def test_refused_claim_of_a_live_run_is_a_warning_naming_the_reason(ctx: Any) ->
         assert execute_round(ctx, RoundTask(run_id=run.run_id, boundary_seq=3)) is RoundDisposition.DROPPED
     assert _refusals(logs) == [("warning", "leased_by_live_holder"), ("warning", "run_at_another_boundary")]
 
-    round_store.commit_round(ctx.engine, record(held))  # the run ends
+    Store(ctx.engine).commit_round(record(held))  # the run ends
     with capture_logs() as logs:
         assert execute_round(ctx, RoundTask(run_id=run.run_id, boundary_seq=0)) is RoundDisposition.DROPPED
     assert _refusals(logs) == [("info", "run_ended")]
@@ -180,9 +181,7 @@ def test_a_round_given_back_to_wait_for_its_rate_limit_is_not_due_before_its_cou
         held = claim(engine, run.run_id)
         assert held is not None
         after_s = 60.0 if run is waiting else None
-        assert lease_store.release_lease(
-            engine, held.run_id, held.fence, round_at_fault=False, dispatch_after_s=after_s
-        )
+        assert Store(engine).release_lease(held.run_id, held.fence, round_at_fault=False, dispatch_after_s=after_s)
     # Both stamps moved back ten seconds, past the grace: only the plain release is due;
     # the rate-limited one was re-sent with a countdown and counts as dispatched then.
     with engine.begin() as conn:

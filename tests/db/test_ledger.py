@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost
+from schema.store.store import Store
 from schema.wire.claim import Claim
 from tests.support.db import rows
 from tests.support.store import claim, expire_lease, submit
@@ -26,12 +26,12 @@ def snapshot(engine: Engine) -> dict[str, list[dict[str, Any]]]:
 
 
 def start(engine: Engine, c: Claim) -> int:
-    return round_store.record_model_call_started(engine, c.run_id, c.boundary_seq, c.attempt, c.fence, "req")
+    return Store(engine).record_model_call_started(c.run_id, c.boundary_seq, c.attempt, c.fence, "req")
 
 
 def finish(engine: Engine, c: Claim, call_id: int, *, tokens: tuple[int, int] = (120, 30)) -> None:
-    round_store.record_model_call_finished(
-        engine, call_id, c.run_id, c.fence,
+    Store(engine).record_model_call_finished(
+        call_id, c.run_id, c.fence,
         response_digest="resp", input_tokens=tokens[0], output_tokens=tokens[1], error_code=None,
     )
 
@@ -106,8 +106,8 @@ def test_failed_call_of_a_stale_holder_is_recorded_stale_and_failed(engine: Engi
     call_id = start(engine, stale)
     run_store.cancel_run(engine, run.run_id)  # the run is cancelled while the call is in flight
     with pytest.raises(FenceLost):
-        round_store.record_model_call_finished(
-            engine, call_id, stale.run_id, stale.fence,
+        Store(engine).record_model_call_finished(
+            call_id, stale.run_id, stale.fence,
             response_digest=None, input_tokens=None, output_tokens=None, error_code="MODEL_UNAVAILABLE",
         )
     recorded = call_row(engine, call_id)

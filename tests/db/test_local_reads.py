@@ -14,7 +14,7 @@ from typing import Any
 from uuid import uuid4
 
 from runtime.loop import drive_react_loop
-from schema.store import claims as claim_store
+from schema.store.store import Store
 from schema.wire import RunStatus
 from tests.support.db import observed, rows
 from tests.support.store import HOLDER
@@ -42,7 +42,7 @@ def test_delivered_file_bodies_live_in_local_reads_only_and_the_model_still_sees
 
     # Round 1 on a cold worker: the claim joins the bodies in from the durable store.
     ctx.runtime.contexts.discard(run_id)
-    claim = claim_store.claim_round(ctx.engine, run_id, 1, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
+    claim = Store(ctx.engine).claim_round(run_id, 1, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
     assert claim is not None
     seen: dict[str, Any] = {}
 

@@ -12,11 +12,10 @@ import pytest
 from sqlalchemy import Engine, text
 
 from schema.store import claims as claim_store
-from schema.store import leases, limits
-from schema.store import rounds as round_store
+from schema.store import limits
 from schema.store import runs as run_store
-from schema.store import suspensions as suspension_store
 from schema.store.errors import FenceLost
+from schema.store.store import Store
 from schema.wire import RoundTask
 from schema.wire.owners import OwnerLimitsChange, OwnerLimitsInvalid
 from tests.support.db import rows
@@ -53,7 +52,7 @@ def test_every_transition_keeps_the_counter_equal_to_the_running_runs(ctx: Any) 
     # A cap set while a run is running counts it.
     limits.set_owner_limits(engine, OWNER, OwnerLimitsChange.of(max_running=5))
     assert counter(engine) == (1, 1)
-    round_store.commit_round(engine, record(c))
+    Store(engine).commit_round(record(c))
     assert_in_step(engine, "finish")
 
     # A stale-fence commit changes nothing.
@@ -65,9 +64,9 @@ def test_every_transition_keeps_the_counter_equal_to_the_running_runs(ctx: Any) 
     assert second is not None
     assert counter(engine) == (1, 1)
     with pytest.raises(FenceLost):
-        round_store.commit_round(engine, record(first))
+        Store(engine).commit_round(record(first))
     assert_in_step(engine, "stale-fence commit")
-    run_store.fail_claimed_run(engine, stale_run.run_id, second.fence, "X", "failed by test")
+    Store(engine).fail_claimed_run(stale_run.run_id, second.fence, "X", "failed by test")
     assert_in_step(engine, "fail")
 
     # Suspend frees the slot, the delivery takes one again, the resume's commit ends it.
@@ -94,7 +93,7 @@ def test_every_transition_keeps_the_counter_equal_to_the_running_runs(ctx: Any) 
     poison = submit(engine)
     held = claim(engine, poison.run_id)
     assert held is not None
-    round_store.record_model_call_started(engine, held.run_id, 0, held.attempt, held.fence, "req")
+    Store(engine).record_model_call_started(held.run_id, 0, held.attempt, held.fence, "req")
     expire_lease(engine, poison.run_id)
     one_attempt = replace(ctx, settings=ctx.settings.model_copy(update={"max_round_attempts": 1}))
     assert execute_round(one_attempt, RoundTask(run_id=poison.run_id, boundary_seq=0)) is RoundDisposition.RUN_FAILED
@@ -121,7 +120,7 @@ def test_concurrent_claims_of_a_capped_owner_never_exceed_the_cap(engine: Engine
         t.join()
     assert len(won) == 3
     assert counter(engine) == (3, 3)
-    refusal = claim_store.explain_refused_claim(engine, next(r for r in run_ids if r not in won), 0, resume=False)
+    refusal = Store(engine).explain_refused_claim(next(r for r in run_ids if r not in won), 0, resume=False)
     assert refusal.reason == claim_store.OWNER_AT_CAPACITY
 
 
@@ -130,7 +129,7 @@ def test_a_freed_slot_hands_the_owners_next_queued_run_in_submission_order(engin
     first, second, third = (submit(engine).run_id for _ in range(3))
     c = claim(engine, first)
     assert c is not None and claim(engine, second) is None
-    assert round_store.commit_round(engine, record(c)).next_runs == (second,)
+    assert Store(engine).commit_round(record(c)).next_runs == (second,)
     assert claim(engine, second) is not None and claim(engine, third) is None
     assert counter(engine) == (1, 1)
 
@@ -148,7 +147,7 @@ def test_a_budget_without_a_window_is_refused_and_nothing_is_stored(engine: Engi
 
 
 def test_a_run_parked_for_its_budget_gives_its_slot_back(ctx: Any) -> None:
-    from schema.store.budgets import park_for_budget
+    from schema.store.store import Store
 
     engine = ctx.engine
     limits.set_owner_limits(engine, OWNER, OwnerLimitsChange.of(max_running=1))
@@ -157,7 +156,7 @@ def test_a_run_parked_for_its_budget_gives_its_slot_back(ctx: Any) -> None:
     assert c is not None and counter(engine) == (1, 1)
     assert claim(engine, waiting.run_id) is None  # the one slot is taken
 
-    park_for_budget(engine, c.run_id, c.fence, c.boundary_seq, {"budget_window": "1h"})
+    Store(engine).park_for_budget(c.run_id, c.fence, c.boundary_seq, {"budget_window": "1h"})
     assert_in_step(engine, "parking for the budget")
     assert counter(engine) == (0, 0)
     assert claim(engine, waiting.run_id) is not None  # the slot it gave back
@@ -179,12 +178,12 @@ def test_a_run_ready_to_resume_with_the_cap_full_waits_queued_ahead_of_younger_r
     assert_in_step(engine, "a delivery with the cap full")
 
     # The freed slot goes to it (it is older than the younger run), as a resume.
-    committed = round_store.commit_round(engine, record(held))
+    committed = Store(engine).commit_round(record(held))
     assert committed.next_runs == (suspended,)
-    due = leases.due_of(engine, suspended)
+    due = Store(engine).due_of(suspended)
     assert (due.resume, due.boundary_seq, due.route.owner) == (True, 0, OWNER)
     assert claim(engine, younger.run_id) is None  # not its turn: the older run waits for that slot
-    resumes = suspension_store.pending_resumes(engine, suspended)
+    resumes = Store(engine).pending_resumes(suspended)
     assert execute_resume(ctx, resumes) is RoundDisposition.COMMITTED
     assert_in_step(engine, "the resume from the queue")
     assert counter(engine) == (1, 1)
@@ -200,7 +199,7 @@ def test_a_freed_slot_sends_both_the_owners_next_and_the_roots_next_run(engine: 
     assert c1 is not None and c2 is not None
     follow_up = submit(engine, root_id=str(first.root_id))  # waits for its Root's turn
     waiting = submit(engine)  # waits for a slot
-    committed = round_store.commit_round(engine, record(c1))
+    committed = Store(engine).commit_round(record(c1))
     # One slot freed: the owner's next queued run and the Root's next are both sent; their
     # claims decide, under the cap, which one starts (the older one: the follow-up).
     assert set(committed.next_runs) == {follow_up.run_id, waiting.run_id}

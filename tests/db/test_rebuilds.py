@@ -21,9 +21,8 @@ from runtime.rebuild import (
     prepare_model_rebuild_candidate,
     verify_prepared_prefix,
 )
-from schema.store import claims as claim_store
-from schema.store import rebuilds as rebuild_store
 from schema.store.errors import FenceLost
+from schema.store.store import Store
 from schema.store.tx import RETRYABLE_SQLSTATES, sqlstate_of
 from schema.wire import RoundTask
 from schema.wire.claim import Claim
@@ -42,9 +41,7 @@ def held_run(ctx: Any, rounds: int = ROUNDS) -> Claim:
     run_id = client.submit(scripted_request([*turns, {"content": "done"}]), ctx=ctx).run_id
     for boundary in range(rounds):
         execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=boundary))
-    claim = claim_store.claim_round(
-        ctx.engine, run_id, rounds, lease_s=60, after_position=-1, cold=True, holder=HOLDER
-    )
+    claim = Store(ctx.engine).claim_round(run_id, rounds, lease_s=60, after_position=-1, cold=True, holder=HOLDER)
     assert claim is not None
     return claim
 
@@ -54,8 +51,7 @@ def anchor(ctx: Any, claim: Claim) -> int:
 
 
 def reserve(ctx: Any, claim: Claim, predecessor: UUID | None = None, fence: int | None = None) -> Any:
-    return rebuild_store.reserve_model_rebuild(
-        ctx.engine,
+    return Store(ctx.engine).reserve_model_rebuild(
         run_id=claim.run_id,
         fence=claim.fence if fence is None else fence,
         boundary_seq=claim.boundary_seq,
@@ -71,13 +67,12 @@ def candidate(ctx: Any, claim: Claim, ordinal: int = 1, calls: list[int] | None 
             calls.append(1)
         return deterministic_summary(source)
 
-    sources = rebuild_store.load_context_sources(ctx.engine, claim.root_id, 0)
+    sources = Store(ctx.engine).load_context_sources(claim.root_id, 0)
     return prepare_model_rebuild_candidate(sources, summarizer, ordinal)
 
 
 def admit(ctx: Any, claim: Claim, build_id: UUID, cand: RebuildCandidate, **kwargs: Any) -> None:
-    rebuild_store.admit_model_rebuild_request(
-        ctx.engine,
+    Store(ctx.engine).admit_model_rebuild_request(
         build_id=build_id,
         run_id=claim.run_id,
         fence=kwargs.pop("fence", claim.fence),

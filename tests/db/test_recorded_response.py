@@ -13,9 +13,8 @@ from sqlalchemy import Engine
 
 import worker.engine.round as round_module
 from runtime.models.base import ModelRequest, ModelResponse
-from schema.store import claims as claim_store
-from schema.store import rounds as round_store
 from schema.store.errors import FenceLost
+from schema.store.store import Store
 from schema.wire import RoundTask
 from schema.wire.claim import Claim, RecordedResponse
 from tests.support.db import model_calls, round_rows, run_row
@@ -32,11 +31,9 @@ ECHO = {"content": "let me echo", "tool_calls": [{"id": "call_1_0", "name": "ech
 def call(engine: Engine, c: Claim, request_digest: str, *, response: dict[str, Any] | None, error: str | None = None,
          ) -> None:
     """One model call of holder ``c``, started and finished on the ledger."""
-    call_id = round_store.record_model_call_started(
-        engine, c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest
-    )
-    round_store.record_model_call_finished(
-        engine, call_id, c.run_id, c.fence,
+    call_id = Store(engine).record_model_call_started(c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest)
+    Store(engine).record_model_call_finished(
+        call_id, c.run_id, c.fence,
         response_digest=None if error else "digest", input_tokens=10, output_tokens=2, error_code=error,
         response=response,
     )
@@ -56,7 +53,7 @@ def test_a_claim_hands_back_the_latest_succeeded_response_of_its_boundary_only(e
     assert first is not None and first.recorded_response is None
 
     # Died with its call on the wire: nothing was accepted, nothing to go on from.
-    round_store.record_model_call_started(engine, first.run_id, 0, first.attempt, first.fence, "req-0")
+    Store(engine).record_model_call_started(first.run_id, 0, first.attempt, first.fence, "req-0")
     second = taken_over(engine, first)
     assert second.recorded_response is None
 
@@ -78,7 +75,7 @@ def test_a_claim_hands_back_the_latest_succeeded_response_of_its_boundary_only(e
     assert fifth.recorded_response == RecordedResponse("req-0-rebuilt", ECHO)
 
     # Round 0 commits: the next round's claim has nothing of round 0's.
-    round_store.commit_round(engine, record(fifth, outcome="continue", status="running"))
+    Store(engine).commit_round(record(fifth, outcome="continue", status="running"))
     following = claim(engine, run.run_id, boundary_seq=1)
     assert following is not None and following.recorded_response is None
     assert run_row(engine, run.run_id)["execution_fence"] is None
@@ -90,12 +87,12 @@ def test_a_stale_holders_accepted_response_is_handed_back_too(engine: Engine) ->
     run = submit(engine)
     paused = claim(engine, run.run_id)
     assert paused is not None
-    call_id = round_store.record_model_call_started(engine, paused.run_id, 0, paused.attempt, paused.fence, "req")
+    call_id = Store(engine).record_model_call_started(paused.run_id, 0, paused.attempt, paused.fence, "req")
     current = taken_over(engine, paused)
     assert current.recorded_response is None
     with pytest.raises(FenceLost):  # recorded all the same, marked stale
-        round_store.record_model_call_finished(
-            engine, call_id, paused.run_id, paused.fence,
+        Store(engine).record_model_call_finished(
+            call_id, paused.run_id, paused.fence,
             response_digest="d", input_tokens=1, output_tokens=1, error_code=None, response=ADD,
         )
     (row,) = model_calls(engine, run.run_id)
@@ -107,8 +104,8 @@ def test_a_resume_claim_hands_back_no_response(ctx: Any) -> None:
     # The suspended round's call succeeded and is on the ledger; a resume calls no model.
     run_id, resumes = ready_read_one(ctx)
     assert [c["status"] for c in model_calls(ctx.engine, run_id)] == ["succeeded"]
-    resumed = claim_store.claim_round(
-        ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER,
+    resumed = Store(ctx.engine).claim_round(
+        run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER,
         resume_of=[r.invocation_id for r in resumes],
     )
     assert resumed is not None and resumed.recorded_response is None

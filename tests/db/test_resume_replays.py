@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from schema.store import claims as claim_store
+from schema.store.store import Store
 from tests.support.db import rows
 from tests.support.store import HOLDER
 from tests.support.suspensions import (
@@ -55,17 +55,17 @@ def test_a_stale_resume_whose_suspension_another_claim_resumed_in_between_is_dro
     """The resume passes its checks, then, before it claims, another holder resumes the
     same suspension and commits. The late claim must find nothing to claim."""
     run_id, resumes = ready_read_and_count(ctx)
-    original_claim = claim_store.claim_round
+    original_claim = Store.claim_round
     state: dict[str, Any] = {}
 
-    def claim_after_another_resume(*args: Any, **kwargs: Any) -> Any:
+    def claim_after_another_resume(store: Store, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("resume_of") is not None and "other" not in state:
             state["other"] = "running"
             state["other"] = execute_resume(ctx, resumes)  # the other holder, to completion
             state["after_other"] = snapshot(ctx)
-        return original_claim(*args, **kwargs)
+        return original_claim(store, *args, **kwargs)
 
-    monkeypatch.setattr(claim_store, "claim_round", claim_after_another_resume)
+    monkeypatch.setattr(Store, "claim_round", claim_after_another_resume)
     assert execute_resume(ctx, resumes) is RoundDisposition.DROPPED
     assert state["other"] is RoundDisposition.COMMITTED
     assert_unchanged(ctx, state["after_other"], "the stale resume")
@@ -103,8 +103,8 @@ def test_the_resume_claim_takes_only_the_very_suspension_it_names(ctx) -> None:
     before = snapshot(ctx)
 
     def claim(resume_of: list[str] | None) -> Any:
-        return claim_store.claim_round(
-            ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, resume_of=resume_of
+        return Store(ctx.engine).claim_round(
+            run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER, resume_of=resume_of
         )
 
     assert claim(None) is None  # a plain round claim never re-runs a suspended round

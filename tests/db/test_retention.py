@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from schema.store import claims as claim_store
 from schema.store import retention
 from schema.store.errors import RootNotFound
 from schema.store.runs import Submitted, submit_run_txn
+from schema.store.store import Store
 from tests.support.db import all_rows_as_text, rows, run_row
 from tests.support.retention import (
     age,
@@ -88,7 +88,7 @@ def test_prune_deletes_exactly_the_roots_whose_runs_all_ended_before_the_cutoff(
     for root in kept:
         assert root_rows(engine, root) == before[root]
     # The live run of the shared Root still sees the first run's messages, and completes.
-    assert [m.position for m in claim_store.load_messages(engine, shared_first.root_id, 0)][:2] == [0, 1]
+    assert [m.position for m in Store(engine).load_messages(shared_first.root_id, 0)][:2] == [0, 1]
     next_position = root_rows(engine, shared_first.root_id)["messages"]
     finish(engine, shared_claim, first_position=next_position)
     assert run_row(engine, shared_live.run_id)["status"] == "completed"

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from runtime.deps import DEV_SECRET
 from runtime.loop import drive_react_loop
 from runtime.proofs import OwnedRoundProjection, OwnedToolCallProjection, ProjectionRefused, ProofAuthority
-from schema.store import claims as claim_store
+from schema.store.store import Store
 from schema.wire import RoundTask
 from tests.support.db import observed, rows
 from tests.support.store import HOLDER
@@ -69,7 +69,7 @@ def test_a_result_whose_projection_this_process_did_not_issue_is_not_recorded(ct
     proofs = ctx.runtime.base.proofs
     for what, tamper in PROJECTION_TAMPERS.items():
         run_id = submit(ctx, READ_ONE, ["read_files"])
-        claim = claim_store.claim_round(ctx.engine, run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
+        claim = Store(ctx.engine).claim_round(run_id, 0, lease_s=30, after_position=-1, cold=True, holder=HOLDER)
         assert claim is not None
         seen: dict[str, Any] = {}
 

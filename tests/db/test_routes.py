@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, text
 
 from schema.store import leases as lease_store
-from schema.store.routes import route_of
+from schema.store.store import Store
 from schema.wire.route import Route
 from tests.support.db import run_row
 from tests.support.store import claim, submit
@@ -35,7 +35,7 @@ def test_the_claim_returns_the_route_of_the_next_round(engine: Engine) -> None:
     set_weight(engine, "team-heavy", 4)  # raised after submit: the next claim sees it
     c = claim(engine, run.run_id)
     assert c is not None and c.route == Route("team-heavy", 4, 2)
-    assert route_of(engine, run.run_id) == Route("team-heavy", 4, 2)
+    assert Store(engine).route_of(run.run_id) == Route("team-heavy", 4, 2)
 
 
 def test_the_reconcilers_resend_routes_as_the_first_send(engine: Engine) -> None:

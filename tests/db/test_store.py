@@ -8,11 +8,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from schema.store import claims as claim_store
 from schema.store import leases as lease_store
-from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost, RootNotFound
+from schema.store.store import Store
 from schema.store.tx import run_transaction
 from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
@@ -56,16 +55,16 @@ def test_stale_fence_commit_changes_nothing(engine: Engine) -> None:
     before_row, before_counts = run_row(engine, run.run_id), table_counts(engine)
 
     with pytest.raises(FenceLost) as caught:
-        round_store.commit_round(engine, record(first))
+        Store(engine).commit_round(record(first))
     assert caught.value.fence == first.fence and caught.value.run_id == run.run_id
     assert run_row(engine, run.run_id) == before_row
     assert table_counts(engine) == before_counts
 
     with pytest.raises(FenceLost):
-        round_store.record_model_call_started(engine, run.run_id, 0, first.attempt, first.fence, "req")
+        Store(engine).record_model_call_started(run.run_id, 0, first.attempt, first.fence, "req")
     assert table_counts(engine) == before_counts
 
-    round_store.commit_round(engine, record(second))
+    Store(engine).commit_round(record(second))
     row = run_row(engine, run.run_id)
     assert (row["status"], row["boundary_seq"], row["output"]) == ("completed", 1, "done")
     assert [r["claim_fence"] for r in rows(engine, "SELECT claim_fence FROM rounds")] == [second.fence]
@@ -83,7 +82,7 @@ def test_claim_at_a_boundary_the_run_has_left_is_refused(engine: Engine) -> None
     run = submit(engine)
     first = claim(engine, run.run_id)
     assert first is not None
-    round_store.commit_round(engine, record(first, outcome="continue", status="running"))
+    Store(engine).commit_round(record(first, outcome="continue", status="running"))
     before = run_row(engine, run.run_id)
     assert claim(engine, run.run_id, boundary_seq=0) is None  # a duplicate delivery of round 0
     assert run_row(engine, run.run_id) == before
@@ -123,11 +122,9 @@ def test_later_run_of_a_root_waits_for_the_earlier_one(engine: Engine) -> None:
     assert claim(engine, second.run_id) is None
     c1 = claim(engine, first.run_id)
     assert c1 is not None
-    assert round_store.commit_round(engine, record(c1)).next_runs == (second.run_id,)
+    assert Store(engine).commit_round(record(c1)).next_runs == (second.run_id,)
     # The Root's next run reads the messages the first one wrote (a warm claim loads the delta).
-    c2 = claim_store.claim_round(
-        engine, second.run_id, 0, lease_s=30, after_position=0, cold=False, holder=HOLDER
-    )
+    c2 = Store(engine).claim_round(second.run_id, 0, lease_s=30, after_position=0, cold=False, holder=HOLDER)
     assert c2 is not None and [m.position for m in c2.new_messages] == [1]
     assert c2.input is None and c2.config is None  # warm claims do not ship the config again
 
@@ -145,7 +142,7 @@ def test_cancel_fences_out_the_holder(engine: Engine) -> None:
     cancelled, _ = run_store.cancel_run(engine, run.run_id)
     assert cancelled
     with pytest.raises(FenceLost):
-        round_store.commit_round(engine, record(held))
+        Store(engine).commit_round(record(held))
     row = run_row(engine, run.run_id)
     assert (row["status"], row["error_code"], row["boundary_seq"]) == ("cancelled", "CANCELLED", 0)
     assert run_store.cancel_run(engine, run.run_id) == (False, ())
@@ -156,7 +153,7 @@ def test_fail_claimed_run_releases_the_roots_next_run(engine: Engine) -> None:
     second = submit(engine, root_id=str(first.root_id))
     c1 = claim(engine, first.run_id)
     assert c1 is not None
-    assert run_store.fail_claimed_run(engine, first.run_id, c1.fence, "X", "boom") == (second.run_id,)
+    assert Store(engine).fail_claimed_run(first.run_id, c1.fence, "X", "boom") == (second.run_id,)
     assert run_row(engine, first.run_id)["status"] == "failed"
     kinds = [r["kind"] for r in rows(engine, "SELECT kind FROM run_events WHERE run_id = :id ORDER BY seq",
                                      id=first.run_id)]

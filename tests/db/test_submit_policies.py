@@ -14,12 +14,11 @@ import pytest
 from sqlalchemy import Engine, text
 
 from runtime.prepare import prepare_execution
-from schema.store import budgets as budget_store
 from schema.store import claims as claim_store
-from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost, IdempotencyKeyReused, RootBusy
 from schema.store.runs import Submitted
+from schema.store.store import Store
 from schema.wire.record import MessageRecord
 from tests.support.db import rows, run_row
 from tests.support.requests import scripted_request
@@ -74,7 +73,7 @@ def commit_messages(engine: Engine, run_id: UUID, positions: range, *, finish: b
     assert c is not None
     messages = tuple(MessageRecord(p, {"role": "user", "content": f"m{p}"}, f"d{p}") for p in positions)
     base = record(c) if finish else record(c, outcome="continue", status="running")
-    round_store.commit_round(engine, dataclasses.replace(base, messages=messages, events=base.events if finish else ()))
+    Store(engine).commit_round(dataclasses.replace(base, messages=messages, events=base.events if finish else ()))
 
 
 def running_root(engine: Engine) -> tuple[Submitted, Submitted]:
@@ -180,7 +179,7 @@ def test_interrupt_lets_the_round_in_flight_commit_then_ends_the_run_at_that_bou
     # The round in flight commits (its tool calls are on record); the commit ends the run.
     messages = tuple(MessageRecord(p, {"role": "user", "content": f"m{p}"}, f"d{p}") for p in (4, 5))
     base = record(held, outcome="continue", status="running")
-    committed = round_store.commit_round(engine, dataclasses.replace(base, messages=messages, events=base.events))
+    committed = Store(engine).commit_round(dataclasses.replace(base, messages=messages, events=base.events))
     assert committed.interrupted and committed.next_runs == (third.run_id,)
     row = run_row(engine, second.run_id)
     assert (row["status"], row["error_code"], row["boundary_seq"]) == ("cancelled", "INTERRUPTED", 2)
@@ -211,7 +210,7 @@ def test_interrupt_cancels_a_run_between_rounds_at_once(engine: Engine) -> None:
 def test_a_round_that_ends_the_run_keeps_its_own_ending(engine: Engine) -> None:
     second, third, held = interrupted_in_flight(engine)
     final = dataclasses.replace(record(held), messages=(MessageRecord(4, {"role": "assistant", "content": "x"}, "d4"),))
-    committed = round_store.commit_round(engine, final)
+    committed = Store(engine).commit_round(final)
     assert not committed.interrupted and committed.next_runs == (third.run_id,)
     row = run_row(engine, second.run_id)
     assert (row["status"], row["error_code"], row["output"]) == ("completed", None, "done")
@@ -221,25 +220,25 @@ def test_an_interrupted_run_whose_holder_died_is_ended_by_its_next_claim(engine:
     second, third, held = interrupted_in_flight(engine)
     expire_lease(engine, second.run_id)  # its holder died mid-round
     assert claim(engine, second.run_id, boundary_seq=1) is None
-    refusal = claim_store.explain_refused_claim(engine, second.run_id, 1, resume=False)
+    refusal = Store(engine).explain_refused_claim(second.run_id, 1, resume=False)
     assert refusal.reason == claim_store.INTERRUPT_PENDING and refusal.run is not None
-    assert run_store.end_interrupted_run(engine, second.run_id, refusal.run["claim_fence"] + 1) == (False, ())
-    ended, next_runs = run_store.end_interrupted_run(engine, second.run_id, refusal.run["claim_fence"])
+    assert Store(engine).end_interrupted_run(second.run_id, refusal.run["claim_fence"] + 1) == (False, ())
+    ended, next_runs = Store(engine).end_interrupted_run(second.run_id, refusal.run["claim_fence"])
     assert ended and next_runs == (third.run_id,)
     row = run_row(engine, second.run_id)
     assert (row["status"], row["error_code"], row["boundary_seq"]) == ("cancelled", "INTERRUPTED", 1)
     assert row["error_message"] == f"interrupted by run {third.run_id}: its committed messages are kept"
     # The fence was bumped: the dead holder's round can never commit now.
     with pytest.raises(FenceLost):
-        round_store.commit_round(engine, record(held, outcome="continue", status="running"))
-    assert run_store.end_interrupted_run(engine, second.run_id, row["claim_fence"]) == (False, ())
+        Store(engine).commit_round(record(held, outcome="continue", status="running"))
+    assert Store(engine).end_interrupted_run(second.run_id, row["claim_fence"]) == (False, ())
     c = claim(engine, third.run_id)
     assert c is not None and [m.position for m in c.new_messages] == [0, 1, 2, 3]
 
 
 def test_a_run_parked_for_its_budget_with_an_interrupt_pending_ends_instead(engine: Engine) -> None:
     second, third, held = interrupted_in_flight(engine)
-    assert budget_store.park_for_budget(engine, second.run_id, held.fence, 1, {"budget_window": "1h"}) == (
+    assert Store(engine).park_for_budget(second.run_id, held.fence, 1, {"budget_window": "1h"}) == (
         third.run_id,
     )
     row = run_row(engine, second.run_id)
@@ -257,7 +256,7 @@ def test_rollback_cancels_the_active_run_and_drops_its_messages(engine: Engine) 
     assert rows(engine, "SELECT count(*) AS n FROM messages WHERE run_id = :r", r=second.run_id)[0]["n"] == 0
     # At once, round in flight or not: that round, under the old fence, cannot commit now.
     with pytest.raises(FenceLost):
-        round_store.commit_round(engine, record(_FakeClaim(second.run_id, 1, row["claim_fence"] - 1)))
+        Store(engine).commit_round(record(_FakeClaim(second.run_id, 1, row["claim_fence"] - 1)))
     c = claim(engine, third.run_id)
     assert c is not None and [m.position for m in c.new_messages] == [0, 1]
     # The new run writes right after the kept messages: the Root stays gapless.
@@ -278,7 +277,7 @@ def test_two_concurrent_interrupts_one_interrupts_the_other_queues_behind_it(eng
     assert claim(engine, winner.run_id) is None
     held = in_flight(engine, second.run_id)
     base = record(held, outcome="continue", status="running")
-    committed = round_store.commit_round(engine, dataclasses.replace(base, messages=()))
+    committed = Store(engine).commit_round(dataclasses.replace(base, messages=()))
     assert committed.interrupted and committed.next_runs == (winner.run_id,)
     assert claim(engine, behind.run_id) is None
     assert claim(engine, winner.run_id) is not None
@@ -293,4 +292,4 @@ class _FakeClaim:
 
 def commit_messages_under(engine: Engine, c: Any, positions: range) -> None:
     messages = tuple(MessageRecord(p, {"role": "user", "content": f"m{p}"}, f"d{p}") for p in positions)
-    round_store.commit_round(engine, dataclasses.replace(record(c), messages=messages))
+    Store(engine).commit_round(dataclasses.replace(record(c), messages=messages))

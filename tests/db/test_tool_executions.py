@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 
 from schema.store import effects
 from schema.store.errors import FenceLost
+from schema.store.store import Store
 from tests.support.db import rows
 from tests.support.store import claim, expire_lease, submit
 
@@ -23,15 +24,16 @@ def test_a_re_executed_round_finds_the_start_of_a_call_that_never_ended(engine: 
     run = submit(engine)
     first = claim(engine, run.run_id)
     assert first is not None
-    assert effects.start_execution(engine, run.run_id, 0, "call_0_0", first.fence) is None  # it starts
+    # it starts
+    assert Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", first.fence, retry_of=None) is None
     expire_lease(engine, run.run_id)  # the worker died inside the handler
     second = claim(engine, run.run_id)
     assert second is not None
 
-    found = effects.start_execution(engine, run.run_id, 0, "call_0_0", second.fence)
+    found = Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", second.fence, retry_of=None)
     assert found == effects.ExecutionRecord(status=None, result=None, executions=1)
     # Another call of the same round is a call of its own.
-    assert effects.start_execution(engine, run.run_id, 0, "call_0_1", second.fence) is None
+    assert Store(engine).start_tool_execution(run.run_id, 0, "call_0_1", second.fence, retry_of=None) is None
     assert record(engine, run.run_id) == [
         {"claim_fence": first.fence, "executions": 1, "status": None, "result": None, "retry_of": None}
     ]
@@ -41,12 +43,12 @@ def test_a_recorded_end_is_what_a_later_execution_gets(engine: Engine) -> None:
     run = submit(engine)
     first = claim(engine, run.run_id)
     assert first is not None
-    effects.start_execution(engine, run.run_id, 0, "call_0_0", first.fence)
-    effects.finish_execution(engine, run.run_id, "call_0_0", first.fence, "completed", {"sent": 1})
+    Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", first.fence, retry_of=None)
+    Store(engine).finish_tool_execution(run.run_id, "call_0_0", first.fence, "completed", {"sent": 1})
     expire_lease(engine, run.run_id)  # died after the handler, before the round's commit
     second = claim(engine, run.run_id)
     assert second is not None
-    found = effects.start_execution(engine, run.run_id, 0, "call_0_0", second.fence)
+    found = Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", second.fence, retry_of=None)
     assert found == effects.ExecutionRecord(status="completed", result={"sent": 1}, executions=1)
 
 
@@ -57,7 +59,7 @@ def test_a_stale_holder_cannot_start_a_call(engine: Engine) -> None:
     expire_lease(engine, run.run_id)
     assert claim(engine, run.run_id) is not None
     with pytest.raises(FenceLost):
-        effects.start_execution(engine, run.run_id, 0, "call_0_0", stale.fence)
+        Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", stale.fence, retry_of=None)
     assert record(engine, run.run_id) == []
 
 
@@ -65,20 +67,20 @@ def test_a_retry_restarts_the_call_once_per_answer(engine: Engine) -> None:
     run = submit(engine)
     c1 = claim(engine, run.run_id)
     assert c1 is not None
-    effects.start_execution(engine, run.run_id, 0, "call_0_0", c1.fence)
+    Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", c1.fence, retry_of=None)
     expire_lease(engine, run.run_id)
     c2 = claim(engine, run.run_id)
     assert c2 is not None
     # An operator answered the wait "inv-1" with retry-tool: the call starts again ...
-    assert effects.start_execution(engine, run.run_id, 0, "call_0_0", c2.fence, retry_of="inv-1") is None
+    assert Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", c2.fence, retry_of="inv-1") is None
     expire_lease(engine, run.run_id)  # ... and that worker dies inside the handler too
     c3 = claim(engine, run.run_id)
     assert c3 is not None
     # The same answer does not start it a third time: its outcome is unknown again.
-    again = effects.start_execution(engine, run.run_id, 0, "call_0_0", c3.fence, retry_of="inv-1")
+    again = Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", c3.fence, retry_of="inv-1")
     assert again == effects.ExecutionRecord(status=None, result=None, executions=2)
     # A new answer (to the new wait) does.
-    assert effects.start_execution(engine, run.run_id, 0, "call_0_0", c3.fence, retry_of="inv-2") is None
+    assert Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", c3.fence, retry_of="inv-2") is None
     assert record(engine, run.run_id)[0]["executions"] == 3
 
 
@@ -86,6 +88,6 @@ def test_a_handler_that_suspended_leaves_no_start(engine: Engine) -> None:
     run = submit(engine)
     c = claim(engine, run.run_id)
     assert c is not None
-    effects.start_execution(engine, run.run_id, 0, "call_0_0", c.fence)
-    effects.finish_execution(engine, run.run_id, "call_0_0", c.fence, None, None)
+    Store(engine).start_tool_execution(run.run_id, 0, "call_0_0", c.fence, retry_of=None)
+    Store(engine).finish_tool_execution(run.run_id, "call_0_0", c.fence, None, None)
     assert record(engine, run.run_id) == []

@@ -14,10 +14,10 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, text
 
 from runtime.prepare import prepare_execution
-from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store import webhooks as outbox
 from schema.store.runs import Submitted
+from schema.store.store import Store
 from schema.wire import WEBHOOK_EVENTS, EventKind
 from schema.wire.vocab import WebhookStatus
 from tests.support.db import rows
@@ -69,7 +69,7 @@ def test_the_round_commit_and_a_cancel_write_their_outbox_rows(engine: Engine) -
     finished, cancelled = submit_with_webhook(engine), submit_with_webhook(engine)
     c = claim(engine, finished.run_id)
     assert c is not None
-    round_store.commit_round(engine, record(c))
+    Store(engine).commit_round(record(c))
     assert run_store.cancel_run(engine, cancelled.run_id)[0]
 
     assert [(r["event_kind"], r["event_seq"]) for r in outbox_rows(engine, finished.run_id)] == [("run_completed", 2)]

@@ -11,9 +11,8 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine, text
 
-from schema.store import leases as lease_store
-from schema.store import rounds as round_store
 from schema.store import workers as worker_store
+from schema.store.store import Store
 from schema.wire.claim import Claim
 from tests.support.db import rows, run_row
 from tests.support.store import HOLDER, claim, expire_lease, record, start_execution, submit
@@ -110,7 +109,7 @@ def test_claims_after_a_give_back_cost_nothing(engine: Engine) -> None:
     holder = register(engine, "holder")
     c = executing(engine, holder)
     for _ in range(12):
-        assert lease_store.release_lease(engine, c.run_id, c.fence, round_at_fault=False)
+        assert Store(engine).release_lease(c.run_id, c.fence, round_at_fault=False)
         c = reclaim(engine, c, holder)
     assert (c.attempt, c.claims) == (1, 0)
 
@@ -147,7 +146,7 @@ def test_a_holder_missing_from_the_registry_is_charged_as_before(engine: Engine)
 def test_a_round_that_raised_is_charged_even_while_workers_die(engine: Engine) -> None:
     holder, bystander, next_holder = (register(engine, n) for n in ("holder", "bystander", "next"))
     c = executing(engine, holder)
-    assert lease_store.release_lease(engine, c.run_id, c.fence, round_at_fault=True)  # a bug: it raised
+    assert Store(engine).release_lease(c.run_id, c.fence, round_at_fault=True)  # a bug: it raised
     last_heard(engine, holder, 10)  # (as if it had died as well)
     last_heard(engine, bystander, 10)
 
@@ -157,7 +156,7 @@ def test_a_round_that_raised_is_charged_even_while_workers_die(engine: Engine) -
 def test_a_commit_forgets_the_rounds_holders(engine: Engine) -> None:
     holder, next_holder = register(engine, "holder"), register(engine, "next")
     c = executing(engine, holder)
-    round_store.commit_round(engine, record(c, outcome="continue", status="running"))
+    Store(engine).commit_round(record(c, outcome="continue", status="running"))
     assert run_row(engine, c.run_id)["round_holders"] == []
     following = claim(engine, c.run_id, boundary_seq=1, lease_s=LEASE_S, holder=next_holder)
     assert following is not None and run_row(engine, c.run_id)["round_holders"] == [next_holder]

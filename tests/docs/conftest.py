@@ -5,14 +5,16 @@ from the migrated template, the flushed test Redis database, a real ``aidawork w
 (the example plugin is installed) and ``aidawork beat``, ``AIDAWORK_DEV=1``.
 
 At the end of the run the examples' results per kind and every block skipped by a
-``<!-- docs-test: skip: REASON -->`` marker are printed, with the reasons."""
+``<!-- docs-test: skip: REASON -->`` marker are printed, with the reasons (tests/support/docs_summary.py).
+
+Under pytest-xdist (``make test``: ``--dist loadfile``) a test file runs whole in one worker:
+a page's python blocks share one namespace and run in order, on one module-scoped stack."""
 
 from __future__ import annotations
 
 import logging
 import os
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from sqlalchemy import text
 from tests.docs.blocks import REPO, Block, drop_namespace
 from tests.docs.stack import PythonPages, Stack
 from tests.support.cluster import Cluster, wait_ready
+from tests.support.docs_summary import DOCS_BLOCK
 from tests.support.env import BROKER_URL, PG_BASE, admin_engine, unavailable
 
 
@@ -72,6 +75,22 @@ def python_stack(docs_stack: Stack) -> Iterator[PythonPages]:
     saved_handlers, saved_level = list(root.handlers), root.level
     structlog_was_configured = structlog.is_configured()
     saved_structlog = structlog.get_config()
+    # A logger used while the examples run is cached (cache_logger_on_first_use) with the
+    # processors list configured then, for the rest of this process; structlog.testing's
+    # capture_logs, in a later test, changes the configured list in place. So the examples'
+    # configure() calls change that one list in place too, and it is put back in place:
+    # every logger of the process keeps seeing the configured list, whatever ran first.
+    processors = saved_structlog["processors"]
+    saved_processors = list(processors)
+    configure = structlog.configure
+
+    def configure_in_place(**settings: Any) -> None:
+        if settings.get("processors") is not None:
+            processors[:] = list(settings["processors"])
+            settings["processors"] = processors
+        configure(**settings)
+
+    structlog.configure = configure_in_place  # type: ignore[assignment]
 
     def reset_contexts() -> None:
         for holder in (client_context._client_context, bootstrap._worker_context):
@@ -101,16 +120,16 @@ def python_stack(docs_stack: Stack) -> Iterator[PythonPages]:
         get_settings.cache_clear()
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)
-        if structlog_was_configured:
-            structlog.configure(**saved_structlog)
-        else:
-            structlog.reset_defaults()
+        structlog.configure = configure
+        processors[:] = saved_processors
+        structlog.configure(**{**saved_structlog, "processors": processors})
+        if not structlog_was_configured:
+            structlog._config._CONFIG.is_configured = False  # as reset_defaults() would, keeping the list
 
 
 # --- the summary ----------------------------------------------------------------------
-
-_blocks: dict[str, Block] = {}  # node id -> the block it checks
-_outcomes: dict[str, str] = {}  # node id -> passed / failed / skipped
+# Each block's test carries its block in its reports' user properties, which pytest-xdist
+# sends to the controlling process: the summary is printed there (tests/support/docs_summary.py).
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -118,36 +137,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         callspec = getattr(item, "callspec", None)
         block = callspec.params.get("block") if callspec is not None else None
         if isinstance(block, Block):
-            _blocks[item.nodeid] = block
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.nodeid not in _blocks:
-        return
-    if report.failed:
-        _outcomes[report.nodeid] = "failed"
-    elif report.skipped and _outcomes.get(report.nodeid) != "failed":
-        _outcomes[report.nodeid] = "skipped"
-    elif report.when == "call" and report.passed:
-        _outcomes[report.nodeid] = "passed"
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _outcomes:
-        return
-    counts: Counter[tuple[str, str]] = Counter()
-    for nodeid, outcome in _outcomes.items():
-        counts[(_blocks[nodeid].kind or "?", outcome)] += 1
-    tr = terminalreporter
-    tr.write_sep("=", "docs examples (README.md, docs/)")
-    for kind in ("python", "sh", "console", "json"):
-        row = {o: counts[(kind, o)] for o in ("passed", "failed", "skipped")}
-        if any(row.values()):
-            tr.write_line(f"{kind:8} {row['passed']:3} passed  {row['failed']:3} failed  {row['skipped']:3} skipped")
-    skipped = [_blocks[n] for n, o in _outcomes.items() if o == "skipped" and _blocks[n].skip]
-    tr.write_line(f"{len(skipped)} block(s) skipped by a docs-test marker" + (":" if skipped else ""))
-    for block in skipped:
-        tr.write_line(f"  {block.id} [{block.info}]: {block.skip}")
-    failed = [_blocks[n] for n, o in _outcomes.items() if o == "failed"]
-    if failed:
-        tr.write_line(f"{len(failed)} block(s) failed: " + ", ".join(b.id for b in failed))
+            item.user_properties.append(
+                (DOCS_BLOCK, {"id": block.id, "kind": block.kind, "info": block.info, "skip": block.skip})
+            )

@@ -10,12 +10,16 @@ import random
 import time
 from typing import Any
 
+import pytest
+
 from tests.support.cluster import Cluster, wait_ready
 from tests.support.db import rows
 from tests.support.requests import scripted_request
 from tests.support.storm import RollingKills
 from tests.support.wait import wait_until
 from worker import client
+
+pytestmark = pytest.mark.slow  # a storm (rolling SIGKILLs over 36 runs): make test-slow, alone
 
 LEASE_S = 3.0
 WORKERS, CONCURRENCY = 3, 4

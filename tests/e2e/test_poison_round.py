@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from tests.support.cluster import Cluster, events
 from tests.support.db import model_calls, round_rows, run_row
 from tests.support.requests import scripted_request
@@ -8,6 +10,9 @@ from worker import client
 from worker.engine.failpoints import EXIT_CODE
 from worker.engine.round import ROUND_ATTEMPTS_EXHAUSTED
 from worker.ops.settings import Settings
+
+# A crash storm (every worker it starts dies until the attempts run out): make test-slow, alone.
+pytestmark = pytest.mark.slow
 
 MAX_ATTEMPTS = Settings.model_fields["max_round_attempts"].default
 

@@ -158,14 +158,13 @@ def _store_due(ctx: Any) -> list[UUID]:
     """Store the runs and make them due: the cluster's reconciler sends them through its
     own broker (this process's Celery app points at the shared test Redis)."""
     from runtime.prepare import prepare_execution
-    from schema.store.leases import dispatch_failed
     from schema.store.runs import submit_run
 
     ids = []
     for i in range(RUNS):
         parsed, prepared = prepare_execution(ctx.runtime, _request(i))
         run_id = submit_run(ctx.engine, parsed, prepared.turn_config.model_dump(mode="json")).run_id
-        dispatch_failed(ctx.engine, run_id)
+        ctx.store.dispatch_failed(run_id)
         ids.append(run_id)
     return ids
 

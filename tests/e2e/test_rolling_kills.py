@@ -10,6 +10,8 @@ import time
 from typing import Any
 from uuid import UUID
 
+import pytest
+
 from tests.support.cluster import Cluster, events, wait_ready
 from tests.support.db import rows
 from tests.support.requests import scripted_request
@@ -18,6 +20,8 @@ from tests.support.wait import wait_until
 from worker import client
 from worker.engine.round import ROUND_ATTEMPTS_EXHAUSTED
 from worker.ops.settings import Settings
+
+pytestmark = pytest.mark.slow  # a storm (40 s of rolling SIGKILLs): make test-slow, alone
 
 MAX_ATTEMPTS = Settings.model_fields["max_round_attempts"].default
 LEASE_S = 3.0

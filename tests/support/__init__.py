@@ -16,4 +16,5 @@ from ``conftest`` or from each other; the conftest files hold only fixtures.
 - ``cluster``, ``storm``, ``api``: real worker, beat and API processes (and the API in
   process, for the unit tests); ``shapes``: deeply nested JSON values.
 - ``wait``: ``wait_until``, the one polling loop.
+- ``docs_summary``: the docs tier's summary of its examples (tests/conftest.py prints it).
 """

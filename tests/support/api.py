@@ -3,8 +3,10 @@ in-process (ASGI) for the unit tests."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,7 +21,7 @@ from sqlalchemy import Engine
 
 from tests.support.cluster import assert_json_lines
 from tests.support.db import rows
-from tests.support.env import BROKER_URL, REPO, WAIT_S
+from tests.support.env import BROKER_URL, REPO, WAIT_S, xdist_index
 from tests.support.wait import wait_until
 from worker.engine.bootstrap import WorkerContext
 
@@ -50,10 +52,27 @@ ADD = [{"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]}, {"content": 
 
 
 
+# Ports for the servers the tests start (API, Flower, metrics, MCP, PgBouncer, throwaway
+# PostgreSQL and Redis): below Linux's ephemeral range (32768-60999), so no outgoing
+# connection holds one, and a block of its own per pytest-xdist worker, so two workers never
+# hand out the same port between one's check and its server's bind.
+PORT_BLOCK, FIRST_PORT = 1500, 20000
+_ports = itertools.count(random.randrange(PORT_BLOCK))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on, from this xdist worker's block, not handed out before by
+    this process (until the block wraps around)."""
+    base = FIRST_PORT + (xdist_index() % 8) * PORT_BLOCK
+    for _ in range(PORT_BLOCK):
+        port = base + next(_ports) % PORT_BLOCK
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {base}-{base + PORT_BLOCK - 1}")
 
 
 

@@ -1,9 +1,14 @@
 """Where the test services are, read once. Nothing is set in the environment: the tests
 pass ``BROKER_URL`` (the test Redis database) to every ``Settings`` they build.
 
-``AIDAWORK_TEST_REDIS_DB`` picks the Redis database (default 9); ``AIDAWORK_TEST_BROKER_URL``
-replaces the whole URL, e.g. with a closed port to prove a tier needs no Redis.
-``AIDAWORK_TEST_PG`` is the PostgreSQL server the per-test databases are created on."""
+``AIDAWORK_TEST_REDIS_DB`` picks the Redis database (default 9); under pytest-xdist
+(``make test`` runs ``-n 2``) each worker process takes its own, the base plus its index
+(``gw0`` 9, ``gw1`` 10), since the e2e tests flush theirs. ``AIDAWORK_TEST_BROKER_URL``
+replaces the whole URL, e.g. with a closed port to prove a tier needs no Redis (run such a
+session with ``-n 0``: every worker would share it).
+``AIDAWORK_TEST_PG`` is the PostgreSQL server the per-test databases are created on (each
+test's database has a random name, each session's template its process id: nothing else
+is shared between xdist workers)."""
 
 from __future__ import annotations
 
@@ -14,7 +19,17 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine
 
-TEST_REDIS_DB = os.environ.get("AIDAWORK_TEST_REDIS_DB", "9")
+
+def xdist_index() -> int:
+    """This process's pytest-xdist worker index (``gw3`` is 3), 0 without xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+TEST_REDIS_DB = str(int(os.environ.get("AIDAWORK_TEST_REDIS_DB", "9")) + xdist_index())
+if int(TEST_REDIS_DB) > 15:  # Redis has 16 databases unless configured otherwise
+    raise RuntimeError(f"the test Redis database would be {TEST_REDIS_DB} (AIDAWORK_TEST_REDIS_DB plus the "
+                       "xdist worker index): pick a lower AIDAWORK_TEST_REDIS_DB or fewer workers (-n)")
 BROKER_URL = os.environ.get("AIDAWORK_TEST_BROKER_URL", f"redis://127.0.0.1:6379/{TEST_REDIS_DB}")
 PG_BASE = os.environ.get("AIDAWORK_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
 REPO = Path(__file__).resolve().parent.parent.parent

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from schema.store.budgets import BudgetRefused
 from schema.store.errors import FenceLost
+from schema.wire.json import JsonMapping
 from tests.support.memory_state import RunRow
 
 WINDOW_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -55,7 +56,7 @@ class BudgetOps:
         call["reservation_open"] = False
         budget["used"] += used
 
-    def park_for_budget(self, run_id: UUID, fence: int, boundary_seq: int, wait: dict[str, Any]) -> tuple[UUID, ...]:
+    def park_for_budget(self, run_id: UUID, fence: int, boundary_seq: int, wait: JsonMapping) -> tuple[UUID, ...]:
         with self._lock:
             self.calls.append("park_for_budget")
             run = self.runs.get(run_id)
@@ -63,7 +64,7 @@ class BudgetOps:
                 raise FenceLost(run_id, fence)
             run.status, run.lease_expires_at, run.execution_fence = "suspended", None, None
             run.round_attempts, run.round_claims, run.round_holders = 0, 0, []
-            run.budget_wait = copy.deepcopy(wait)
+            run.budget_wait = copy.deepcopy(dict(wait))
             run.event_seq += 1
-            self._event(run_id, run.event_seq, "run_suspended", {"waiting_for": [], "budget": copy.deepcopy(wait)})
+            self._event(run_id, run.event_seq, "run_suspended", {"waiting_for": [], "budget": dict(run.budget_wait)})
             return ()  # this store models no owner cap and no root_policy

@@ -28,12 +28,14 @@ from dataclasses import fields
 from typing import Any
 from uuid import UUID, uuid4
 
-from schema.store.claims import CHANGED_SINCE_CLAIM, ClaimRefusal
+from schema.store.claims import CHANGED_SINCE_CLAIM, ClaimRefusal, RefusedRun
 from schema.store.errors import FenceLost, RootNotFound, ToolCallIdReused
 from schema.store.leases import Due
+from schema.store.port import StorePort
 from schema.store.runs import Submitted
 from schema.wire import RunRequest, RunStatus
 from schema.wire.claim import Checkpoint, Claim, LoadedMessage, StoredRound
+from schema.wire.json import JsonMapping
 from schema.wire.record import Committed, RoundRecord, ToolInvocationRecord
 from schema.wire.route import DEFAULT_WEIGHT, Route
 from tests.support.memory_budgets import BudgetOps
@@ -239,14 +241,12 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
                 return ClaimRefusal(False, "run_not_found", None)
             stored = (run_id, r.boundary_seq) in self.rounds
             leased = r.lease_expires_at is not None and r.lease_expires_at > self._now()
-            run = {
-                "status": r.status,
-                "boundary_seq": r.boundary_seq,
-                "claim_fence": r.claim_fence,
-                "leased": leased,
-                "earlier_active": self._earlier_active(r),
-                "round_stored": stored,
-            }
+            # This store models no owner cap and no root_policy: no slot to wait for, no interrupt.
+            run = RefusedRun(
+                status=r.status, boundary_seq=r.boundary_seq, claim_fence=r.claim_fence, leased=leased,
+                earlier_active=self._earlier_active(r), interrupt_pending=False, at_capacity=False,
+                waits_for_slot=False, round_stored=stored,
+            )
             if RunStatus(r.status).terminal:
                 return ClaimRefusal(True, "run_ended", run)
             checks = [
@@ -301,7 +301,7 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
         input_tokens: int | None,
         output_tokens: int | None,
         error_code: str | None,
-        response: dict[str, Any] | None = None,
+        response: JsonMapping | None = None,
     ) -> None:
         with self._lock:
             self.calls.append("record_model_call_finished")
@@ -458,3 +458,7 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
             run = self.runs.get(run_id)
             if run is not None and run.status in ACTIVE:
                 run.dispatched_at = float("-inf")
+
+
+def _conforms(store: InMemoryStore) -> StorePort:
+    return store  # mypy (make typecheck): the double implements every operation of the port, with its signature

@@ -10,7 +10,7 @@ from uuid import UUID
 
 from schema.store.answers import Answer
 from schema.store.effects import ExecutionRecord
-from schema.store.resumes import SuspendedCall, SuspensionMaterial
+from schema.store.resumes import LocalFile, SuspendedCall, SuspensionMaterial
 from schema.store.suspensions import (
     ANSWERS_FOR,
     DeliveryRefused,
@@ -110,10 +110,12 @@ class SuspensionOps(State):
                 )
                 for c in copy.deepcopy(self._suspended_calls(run_id))
             ]
-            files: dict[str, dict[str, dict[str, Any]]] = {}
+            files: dict[str, dict[str, LocalFile]] = {}
             for (run, call, path), r in self.local_reads.items():
                 if run == run_id:
-                    files.setdefault(call, {})[path] = dict(r)
+                    files.setdefault(call, {})[path] = LocalFile(
+                        content=r["content"], digest=r["digest"], size_bytes=r["size_bytes"]
+                    )
             prerequisites = {k: copy.deepcopy(v) for (run, k), v in self.prerequisites.items() if run == run_id}
             current = {c.resume.invocation_id for c in calls}
             answers: dict[str, Answer] = {}

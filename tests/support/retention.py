@@ -9,10 +9,10 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine, text
 
-from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.retention import TABLES
 from schema.store.runs import Submitted
+from schema.store.store import Store
 from schema.wire.claim import Claim
 from schema.wire.record import MessageRecord
 from tests.support.store import claim, record, submit
@@ -103,7 +103,7 @@ def finish(engine: Engine, c: Claim, *, first_position: int = 0) -> None:
     ``first_position`` and after in its Root."""
     rec = record(c)
     messages = tuple(MessageRecord(first_position + i, m.body, m.chain_digest) for i, m in enumerate(rec.messages))
-    round_store.commit_round(engine, replace(rec, messages=messages))
+    Store(engine).commit_round(replace(rec, messages=messages))
 
 
 def completed(engine: Engine, *, root_id: UUID | None = None, first_position: int = 0) -> Submitted:
@@ -118,7 +118,7 @@ def failed(engine: Engine, *, root_id: UUID | None = None) -> Submitted:
     run = submit(engine, root_id=None if root_id is None else str(root_id))
     c = claim(engine, run.run_id)
     assert c is not None
-    run_store.fail_claimed_run(engine, run.run_id, c.fence, "TEST_FAILED", "failed on purpose")
+    Store(engine).fail_claimed_run(run.run_id, c.fence, "TEST_FAILED", "failed on purpose")
     return run
 
 

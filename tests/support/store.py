@@ -9,10 +9,9 @@ from sqlalchemy import Engine, text
 
 from runtime.deps import build_runtime
 from runtime.prepare import prepare_execution
-from schema.store import claims as claim_store
-from schema.store import rounds as round_store
 from schema.store import runs as run_store
 from schema.store.runs import Submitted
+from schema.store.store import Store
 from schema.wire import RunStatus
 from schema.wire.claim import Claim
 from schema.wire.record import EventRecord, MessageRecord, RoundRecord
@@ -33,9 +32,7 @@ def submit(engine: Engine, **kwargs: Any) -> Submitted:
 def claim(
     engine: Engine, run_id: UUID, boundary_seq: int = 0, lease_s: float = 30, holder: UUID = HOLDER
 ) -> Claim | None:
-    return claim_store.claim_round(
-        engine, run_id, boundary_seq, lease_s=lease_s, after_position=-1, cold=True, holder=holder
-    )
+    return Store(engine).claim_round(run_id, boundary_seq, lease_s=lease_s, after_position=-1, cold=True, holder=holder)
 
 
 def expire_lease(engine: Engine, run_id: UUID) -> None:
@@ -60,4 +57,4 @@ def record(c: Claim, *, outcome: str = "finish", status: str = "completed") -> R
 
 
 def start_execution(engine: Engine, c: Claim) -> int:
-    return round_store.record_model_call_started(engine, c.run_id, c.boundary_seq, c.attempt, c.fence, "req")
+    return Store(engine).record_model_call_started(c.run_id, c.boundary_seq, c.attempt, c.fence, "req")

@@ -13,7 +13,6 @@ from sqlalchemy import text
 from runtime.proofs import ProofAuthority
 from runtime.resume import ResumeRefused
 from schema.store.bodies import message_body_sql
-from schema.store.suspensions import pending_resumes
 from schema.wire import OriginalToolRoundResume, RoundTask
 from tests.support.db import rows
 from tests.support.requests import PICK_COLOR, scripted_request
@@ -183,7 +182,7 @@ def drive(ctx: Any, run_id: UUID, *, max_steps: int = 10) -> dict[str, Any]:
             return row
         boundary = row["boundary_seq"]
         if rows(ctx.engine, "SELECT 1 FROM rounds WHERE run_id = :id AND boundary_seq = :b", id=run_id, b=boundary):
-            disposition = execute_resume(ctx, pending_resumes(ctx.engine, run_id))
+            disposition = execute_resume(ctx, ctx.store.pending_resumes(run_id))
         else:
             disposition = execute_round(ctx, RoundTask(run_id=run_id, boundary_seq=boundary))
         assert disposition is not RoundDisposition.DROPPED, f"run {run_id} at {boundary}: {row['status']}"

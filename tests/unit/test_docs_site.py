@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = ("cli", "settings", "http-api", "errors", "events", "metrics", "migrations")
+REFERENCE = ("cli", "settings", "http-api", "errors", "events", "metrics", "migrations", "python-client", "packages")
 
 
 

@@ -3,6 +3,8 @@ one is exit 2 with one line naming the flag."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from worker.cli import main as cli
@@ -35,5 +37,5 @@ def test_bad_owner_flags_exit_2_naming_the_flag(
 def test_only_the_flags_given_are_changes() -> None:
     from worker.cli.owner import changes_of
 
-    args = cli.build_parser().parse_args(["owner", "set", "team-a", "--max-running", "none", "--weight", "3"])
-    assert changes_of(args) == {"max_running": None, "weight": 3}
+    parsed = cli.parse(["owner", "set", "team-a", "--max-running", "none", "--weight", "3"])
+    assert changes_of(SimpleNamespace(**parsed.ctx.params)) == {"max_running": None, "weight": 3}

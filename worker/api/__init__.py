@@ -1,4 +1,8 @@
-"""The HTTP API for upstream services (``aidawork api``), one module per concern:
+"""For upstream services over HTTP (``aidawork api``): runs, their events and answers, the inspector.
+Beside ``worker.engine`` and never importing it; imported only by ``worker.cli``.
+May import ``worker.client``, ``worker.ops``, ``runtime`` and ``schema``.
+
+One module per concern:
 
 - ``app``: ``create_app`` builds the FastAPI app (routes, handlers, middleware, access log);
 - ``routes``: the endpoints; ``models``: their request and response bodies;

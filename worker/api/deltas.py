@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from uuid import UUID
 
 import structlog
@@ -84,7 +84,7 @@ class DeltaHub:
             if not found:
                 del self._listeners[listener.run_id]
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
+    def _dispatch(self, message: Mapping[str, object]) -> None:
         name = message.get("channel")
         name = name.decode() if isinstance(name, bytes) else str(name)
         listeners = self._listeners.get(name.removeprefix(CHANNEL_PREFIX))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import structlog
 from fastapi import FastAPI, Request, Response
@@ -75,7 +75,16 @@ def error_response(
     return JSONResponse(ErrorBody(error=detail).model_dump(), status_code=status, headers=headers or None)
 
 
-def validation_refusal(errors: list[Any]) -> ApiError:
+class ValidationErrorItem(TypedDict):
+    """What is read of one error of a pydantic ``ValidationError`` (or FastAPI's own)."""
+
+    type: str
+    loc: tuple[int | str, ...]
+    msg: str
+    ctx: NotRequired[dict[str, object]]
+
+
+def validation_refusal(errors: list[ValidationErrorItem]) -> ApiError:
     """The first pydantic/FastAPI error as a refusal naming its field (``config.tools[1]``,
     ``run_id``); malformed JSON is a 400, anything else a 422."""
     err = errors[0]

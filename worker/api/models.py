@@ -4,7 +4,7 @@ shares with the Python client): frozen, and a field nobody declared is refused."
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
@@ -19,6 +19,7 @@ from schema.wire import (
     RootRunView,
     Webhook,
 )
+from schema.wire.json import JsonField, JsonObjectField
 from schema.wire.route import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from worker.client import MAX_REASON_CHARS
 
@@ -39,7 +40,7 @@ class RunSubmission(_Body):
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     # Validated by runtime.prepare (it knows the providers and tools); the document shows
     # its real schema, TurnConfig (worker.api.openapi).
-    config: dict[str, Any]
+    config: JsonObjectField
     webhook: Webhook | None = Field(
         default=None,
         description="POST the run's run_completed / run_failed / run_cancelled / run_suspended events here, "
@@ -74,7 +75,7 @@ class Delivery(_Body):
 
 class Prerequisite(_Body):
     key: str = Field(min_length=1)
-    value: Any = Field(description="any JSON value")
+    value: JsonField = Field(description="any JSON value")
 
 
 class ToolResult(_Body):
@@ -83,7 +84,7 @@ class ToolResult(_Body):
     unknown (``outcome_unknown``)."""
 
     tool_call_id: str = Field(min_length=1)
-    result: Any = Field(description="any JSON value: what the call returned")
+    result: JsonField = Field(description="any JSON value: what the call returned")
     is_error: StrictBool = Field(default=False, description="the call failed: the model sees a failed result")
 
 
@@ -110,7 +111,7 @@ class ToolApproval(_Body):
 
     tool_call_id: str = Field(min_length=1)
     decision: Literal["approve", "reject"]
-    args: dict[str, Any] | None = Field(
+    args: JsonObjectField | None = Field(
         default=None,
         description="approve only: the call's args, edited (the whole object), checked against the tool's schema",
     )

@@ -16,8 +16,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 from uuid import UUID
 
 from fastapi import FastAPI, Response
@@ -104,7 +103,7 @@ class RequestSpans:
         return tuple(links_to(trace_context))
 
 
-def _route_template(scope: MutableMapping[str, Any]) -> str | None:
+def _route_template(scope: Scope) -> str | None:
     """The template of the route the router matched (``/v1/runs/{run_id}``), if any."""
     path = getattr(scope.get("route"), "path", None)
     return path if isinstance(path, str) else None

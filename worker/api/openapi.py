@@ -37,7 +37,6 @@ import copy
 import re
 from collections.abc import Iterable, Mapping
 from importlib.metadata import version
-from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI
@@ -48,6 +47,7 @@ from runtime.config import DEFAULT_KEY_REF, TOOL_NAME_PATTERN, turn_config_with
 from runtime.models.keys import ANY_OWNER, OFFICIAL_BASE_URLS
 from runtime.plugins import process_plugins
 from runtime.tools import BUILTIN_TOOLS, Tool
+from schema.wire.json import JsonObject, JsonValue
 from worker.api.errors import ErrorBody
 from worker.ops.settings import Settings
 
@@ -73,9 +73,9 @@ ANSWER_OF_A_PATH_ID = (404, "no such run or Root for this token's owner (RUN_NOT
 
 def install(app: FastAPI, settings: Settings) -> None:
     """Serve ``document(app, settings)`` as the app's OpenAPI document (built once)."""
-    built: dict[str, Any] = {}
+    built: JsonObject = {}
 
-    def openapi() -> dict[str, Any]:
+    def openapi() -> JsonObject:
         if not built:
             built.update(document(app, settings))
         return built
@@ -83,7 +83,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def document(app: FastAPI, settings: Settings) -> dict[str, Any]:
+def document(app: FastAPI, settings: Settings) -> JsonObject:
     spec = get_openapi(
         title=app.title,
         version=version("aidawork"),
@@ -112,7 +112,7 @@ def document(app: FastAPI, settings: Settings) -> dict[str, Any]:
 NO_NUL = r"^[^\x00]*$"
 NUL = r"\x00"
 LONG_STRING_CHARS = 100_000
-JSON_VALUE: dict[str, Any] = {
+JSON_VALUE: JsonObject = {
     "description": f"any JSON value, with no NUL character in a string or an object key, nested at most "
     f"{MAX_JSON_DEPTH} levels deep",
     "anyOf": [
@@ -132,16 +132,35 @@ _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs")
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples"})
 
 
-def _state_no_nul(spec: dict[str, Any], schemas: dict[str, Any]) -> None:
+def _at(node: JsonObject, *keys: str) -> JsonObject:
+    """The object at ``node[keys[0]][keys[1]]...`` of the document (a KeyError when it
+    is missing, a TypeError when it is not an object)."""
+    for key in keys:
+        found = node[key]
+        if not isinstance(found, dict):
+            raise TypeError(f"{key} is not an object in the OpenAPI document")
+        node = found
+    return node
+
+
+def _objects(node: JsonValue) -> list[JsonObject]:
+    """The objects among the values of a map of the document (the paths, their
+    operations, a body's media types) or the items of a list (the parameters)."""
+    members = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
+    return [v for v in members if isinstance(v, dict)]
+
+
+def _state_no_nul(spec: JsonObject, schemas: JsonObject) -> None:
     """Give every string of the schemas a request body uses the pattern ``NO_NUL``, every
     object schema the same for its keys, and make each arbitrary value ``JsonValue``."""
     schemas["JsonValue"] = copy.deepcopy(JSON_VALUE)
     seen = {"JsonValue"}
-    todo: list[Any] = [
+    todo: list[JsonValue] = [
         media.get("schema", {})
-        for item in spec.get("paths", {}).values()
-        for operation in item.values()
-        for media in operation.get("requestBody", {}).get("content", {}).values()
+        for item in _objects(spec.get("paths", {}))
+        for operation in _objects(item)
+        if "requestBody" in operation
+        for media in _objects(_at(operation, "requestBody").get("content", {}))
     ]
     while todo:
         node = todo.pop()
@@ -151,17 +170,17 @@ def _state_no_nul(spec: dict[str, Any], schemas: dict[str, Any]) -> None:
         if not isinstance(node, dict):  # additionalProperties: false
             continue
         ref = node.get("$ref", "")
-        if ref.startswith(REF.format(model="")):
+        if isinstance(ref, str) and ref.startswith(REF.format(model="")):
             name = ref.rsplit("/", 1)[1]
             if name not in seen:
                 seen.add(name)
                 todo.append(schemas[name])
         _no_nul(node)
         todo.extend(node[k] for k in (*_SUBSCHEMA, *_SUBSCHEMAS) if k in node)
-        todo.extend(sub for k in _SUBSCHEMA_MAPS for sub in node.get(k, {}).values())
+        todo.extend(sub for k in _SUBSCHEMA_MAPS for sub in _objects(node.get(k, {})))
 
 
-def _no_nul(node: dict[str, Any]) -> None:
+def _no_nul(node: JsonObject) -> None:
     if not set(node) - _ANNOTATIONS:
         node["$ref"] = REF.format(model="JsonValue")
         return
@@ -172,15 +191,19 @@ def _no_nul(node: dict[str, Any]) -> None:
         node.setdefault("propertyNames", {"pattern": NO_NUL})
     if kind != "string" or {"enum", "const", "format"} & set(node):
         return
-    if node.get("maxLength", 0) > LONG_STRING_CHARS:
+    max_length = node.get("maxLength", 0)
+    if isinstance(max_length, int | float) and max_length > LONG_STRING_CHARS:
         # The same rule, in a form schemathesis can still fill to maxLength: a pattern over a
         # string that long defeats its coverage phase, which then sends no body at all.
         node.setdefault("not", {"pattern": NUL})
         return
+    pattern = node.get("pattern")
     if "pattern" not in node:
         node["pattern"] = NO_NUL
-    elif re.search(node["pattern"], "\x00") is not None:  # a pattern of its own that allows a NUL
-        node.setdefault("allOf", []).append({"pattern": NO_NUL})
+    elif isinstance(pattern, str) and re.search(pattern, "\x00") is not None:  # one of its own that allows a NUL
+        all_of = node.setdefault("allOf", [])
+        if isinstance(all_of, list):
+            all_of.append({"pattern": NO_NUL})
 
 
 # --- the run request's webhook -------------------------------------------------------------
@@ -189,17 +212,17 @@ def _no_nul(node: dict[str, Any]) -> None:
 _URL_REST = r"[^\s\x00-\x1f\x7f]*"
 
 
-def _add_webhook(schemas: dict[str, Any], settings: Settings) -> None:
+def _add_webhook(schemas: JsonObject, settings: Settings) -> None:
     """``webhook.url`` starts with one of ``AIDAWORK_WEBHOOK_URLS`` (a prefix without a
     path ends at the host); with none set, a run may carry no webhook."""
     prefixes = settings.webhook_prefixes
-    submission = schemas["RunSubmission"]["properties"]
+    submission = _at(schemas, "RunSubmission", "properties")
     if not prefixes:
         submission["webhook"] = {"type": "null", "description": "webhooks are not enabled here (AIDAWORK_WEBHOOK_URLS)"}
         return
     starts = [re.escape(p) + (_URL_REST if urlsplit(p).path or p.endswith("/") else f"(?:[/?#]{_URL_REST})?")
               for p in prefixes]
-    url = schemas["Webhook"]["properties"]["url"]
+    url = _at(schemas, "Webhook", "properties", "url")
     url["pattern"] = "^(?:" + "|".join(starts) + ")$"
     url["description"] = "under one of AIDAWORK_WEBHOOK_URLS (a prefix without a path ends at the host)"
 
@@ -207,7 +230,7 @@ def _add_webhook(schemas: dict[str, Any], settings: Settings) -> None:
 # --- the run request's config --------------------------------------------------------------
 
 
-def _add_turn_config(schemas: dict[str, Any], settings: Settings) -> None:
+def _add_turn_config(schemas: JsonObject, settings: Settings) -> None:
     plugins = process_plugins(settings.plugin_names)
     model = turn_config_with([p.config_model for p in plugins.providers.values()])
     config = model.model_json_schema(ref_template=REF)
@@ -215,7 +238,7 @@ def _add_turn_config(schemas: dict[str, Any], settings: Settings) -> None:
     schemas.update(defs)
     schemas["TurnConfig"] = config
     config["title"] = "TurnConfig"
-    schemas["RunSubmission"]["properties"]["config"] = {
+    _at(schemas, "RunSubmission", "properties")["config"] = {
         "$ref": REF.format(model="TurnConfig"),
         "description": "what the run asks for (runtime.config.TurnConfig); each scripted tool call names a tool "
         "enabled in tools or client_tools, and client tool names are distinct",
@@ -225,10 +248,12 @@ def _add_turn_config(schemas: dict[str, Any], settings: Settings) -> None:
     _tool_names(config, schemas, tools, open_names)
     _scripted_calls(schemas, tools, open_names)
     for provider in ("openai", "anthropic"):
-        http = schemas[f"{'OpenAI' if provider == 'openai' else 'Anthropic'}ModelConfig"]["properties"]
-        allowed = list(dict.fromkeys([*OFFICIAL_BASE_URLS.get(provider, ()), *settings.model_base_urls]))
-        http["base_url"]["enum"] = allowed
-        http["base_url"]["description"] = "the official endpoint or one of AIDAWORK_MODEL_BASE_URLS"
+        http = _at(schemas, f"{'OpenAI' if provider == 'openai' else 'Anthropic'}ModelConfig", "properties")
+        allowed: list[JsonValue] = [
+            *dict.fromkeys([*OFFICIAL_BASE_URLS.get(provider, ()), *settings.model_base_urls])
+        ]
+        _at(http, "base_url")["enum"] = allowed
+        _at(http, "base_url")["description"] = "the official endpoint or one of AIDAWORK_MODEL_BASE_URLS"
         shared = [name for name, (_, owners) in settings.named_model_keys.items() if ANY_OWNER in owners]
         http["api_key_ref"] = {
             "anyOf": [{"type": "string", "enum": [DEFAULT_KEY_REF, *shared]}, {"type": "null"}],
@@ -238,20 +263,20 @@ def _add_turn_config(schemas: dict[str, Any], settings: Settings) -> None:
         }
 
 
-def _tool_names(config: dict[str, Any], schemas: dict[str, Any], tools: Iterable[Tool], open_names: bool) -> None:
-    names = sorted(t.name for t in tools)
-    listed: dict[str, Any] = {"type": "string", "pattern": TOOL_NAME_PATTERN} if open_names else {"enum": names}
-    config["properties"]["tools"].update({"items": listed, "uniqueItems": True})
-    config["properties"]["tools"]["description"] = "server tools to enable, each once"
+def _tool_names(config: JsonObject, schemas: JsonObject, tools: Iterable[Tool], open_names: bool) -> None:
+    names: list[JsonValue] = [*sorted(t.name for t in tools)]
+    listed: JsonObject = {"type": "string", "pattern": TOOL_NAME_PATTERN} if open_names else {"enum": names}
+    _at(config, "properties", "tools").update({"items": listed, "uniqueItems": True})
+    _at(config, "properties", "tools")["description"] = "server tools to enable, each once"
     # A client tool may not take a server tool's name.
-    schemas["ClientToolSpec"]["properties"]["name"]["not"] = {"enum": names}
+    _at(schemas, "ClientToolSpec", "properties", "name")["not"] = {"enum": names}
 
 
-def _scripted_calls(schemas: dict[str, Any], tools: Iterable[Tool], open_names: bool) -> None:
+def _scripted_calls(schemas: JsonObject, tools: Iterable[Tool], open_names: bool) -> None:
     """A scripted tool call: for a server tool, its args as that tool's parameters say;
     any other name is a client tool's (its args are checked against that tool's schema)."""
     server = sorted(tools, key=lambda t: t.name)
-    variants: list[dict[str, Any]] = [
+    variants: list[JsonValue] = [
         {
             "type": "object",
             # A copy: the document is changed after (worker.api.openapi._state_no_nul).
@@ -262,7 +287,7 @@ def _scripted_calls(schemas: dict[str, Any], tools: Iterable[Tool], open_names: 
         }
         for t in server
     ]
-    client_name: dict[str, Any] = {"type": "string", "pattern": TOOL_NAME_PATTERN}
+    client_name: JsonObject = {"type": "string", "pattern": TOOL_NAME_PATTERN}
     if not open_names:
         client_name["not"] = {"enum": [t.name for t in server]}
     variants.append(
@@ -273,18 +298,21 @@ def _scripted_calls(schemas: dict[str, Any], tools: Iterable[Tool], open_names: 
             "additionalProperties": False,
         }
     )
-    call = schemas["ScriptedToolCall"]
+    call = _at(schemas, "ScriptedToolCall")
     call["anyOf"] = variants
     call["description"] = "a call of an enabled tool: its args valid for that tool's parameters"
 
 
-def _not_null(parameter: dict[str, Any]) -> None:
+def _not_null(parameter: JsonObject) -> None:
     """An optional header or query parameter is absent or a string, never null: FastAPI
     writes ``anyOf: [..., {"type": "null"}]`` for ``str | None``, which would have a
     client send the text ``null``."""
     schema = parameter.get("schema", {})
-    options = [o for o in schema.get("anyOf", []) if o != {"type": "null"}]
-    if len(options) == 1 and len(options) < len(schema["anyOf"]):
+    any_of = schema.get("anyOf", []) if isinstance(schema, dict) else []
+    if not isinstance(schema, dict) or not isinstance(any_of, list):
+        return
+    options = [o for o in any_of if o != {"type": "null"}]
+    if len(options) == 1 and len(options) < len(any_of) and isinstance(options[0], dict):
         del schema["anyOf"]
         schema.update(options[0])
 
@@ -292,17 +320,19 @@ def _not_null(parameter: dict[str, Any]) -> None:
 # --- the error answers ------------------------------------------------------------------------
 
 
-def _add_answers(path: str, operation: dict[str, Any]) -> None:
+def _add_answers(path: str, operation: JsonObject) -> None:
     if not path.startswith("/v1/"):
         return
-    responses: dict[str, Any] = operation.setdefault("responses", {})
+    responses = operation.setdefault("responses", {})
+    if not isinstance(responses, dict):
+        raise TypeError(f"{path}: responses is not an object in the OpenAPI document")
     answers = dict(ANSWERS_OF_EVERY_OPERATION)
     if "requestBody" in operation:
         answers.update(ANSWERS_OF_A_BODY)
     if "requestBody" in operation or operation.get("parameters"):
         answers[ANSWER_OF_A_PARAMETER[0]] = ANSWER_OF_A_PARAMETER[1]
-    if any(p.get("in") == "path" for p in operation.get("parameters", [])):
+    if any(p.get("in") == "path" for p in _objects(operation.get("parameters", []))):
         answers[ANSWER_OF_A_PATH_ID[0]] = ANSWER_OF_A_PATH_ID[1]
-    error = {"application/json": {"schema": {"$ref": REF.format(model="ErrorBody")}}}
+    error: JsonObject = {"application/json": {"schema": {"$ref": REF.format(model="ErrorBody")}}}
     for status, why in answers.items():  # replacing FastAPI's 422 (never sent)
         responses[str(status)] = {"description": why, "content": error}

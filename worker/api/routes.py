@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -44,14 +44,14 @@ from worker.api.streams import LAST_EVENT_ID_PATTERN, EventStreamResponse, parse
 # The answers particular to an operation; those every operation can give (401, 413, 422,
 # 500, 503, and 400 / 408 / 404 where it has a body / a path id) are added to the
 # document by worker.api.openapi.
-_ERROR: dict[str, Any] = {"model": ErrorBody}
-_STATE_REFUSES: dict[int | str, dict[str, Any]] = {
+_ERROR: dict[str, object] = {"model": ErrorBody}
+_STATE_REFUSES: dict[int | str, dict[str, object]] = {
     409: {**_ERROR, "description": "the run's state refuses this (the code says why)"}
 }
 router = APIRouter(prefix="/v1")
 
 
-_SUBMIT_ANSWERS: dict[int | str, dict[str, Any]] = {
+_SUBMIT_ANSWERS: dict[int | str, dict[str, object]] = {
     200: {"model": SubmittedRun, "description": "an earlier submit with this Idempotency-Key stored this run"},
     403: {**_ERROR, "description": "OWNER_MISMATCH: owner is not this token's owner (omit it, or send that one)"},
     409: {**_ERROR, "description": "IDEMPOTENCY_KEY_REUSED (the key was used for another request) or ROOT_BUSY "

@@ -15,10 +15,11 @@ greedy clients decided here, once.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import structlog
 import uvicorn
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from worker.ops.settings import Settings
@@ -33,10 +34,7 @@ class HeaderDeadlineProtocol(H11Protocol):
     """h11 with a deadline for each request's headers (``header_timeout_s``)."""
 
     header_timeout_s: ClassVar[float] = 10.0
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._header_timer: asyncio.TimerHandle | None = None
+    _header_timer: asyncio.TimerHandle | None = None  # armed: set on the connection's protocol
 
     def _awaiting_headers(self) -> bool:
         # No cycle yet, or the last one has been answered: the next bytes are a new request.
@@ -82,7 +80,7 @@ def protocol_class(header_timeout_s: float) -> type[HeaderDeadlineProtocol]:
     return type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": header_timeout_s})
 
 
-def serve(app: Any, settings: Settings, *, host: str, port: int) -> None:
+def serve(app: ASGIApp, settings: Settings, *, host: str, port: int) -> None:
     uvicorn.run(
         app,
         host=host,

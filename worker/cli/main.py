@@ -9,28 +9,36 @@ Logging: every process logs JSON lines on stderr (``worker.ops.logging``), at
 stdout. The long-running commands (``worker.engine.processes``: migrate, worker, beat, flower,
 api) write nothing but JSON lines, so a refusal to start is a ``start_refused`` line
 (``error`` says why) rather than the ``aidawork: error:`` line of the client commands.
+
+The commands are declared with Typer (``worker.cli.commands``); a usage error (an unknown
+command or option, an argument missing or of the wrong type) exits 2 before anything is
+read, after the command's usage and one ``aidawork COMMAND: error:`` line naming it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-from uuid import UUID
+from typing import Annotated, NoReturn
 
 import structlog
+import typer
 from sqlalchemy.exc import OperationalError
+from typer._click.exceptions import UsageError
 
 from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
 from runtime.errors import AidaworkError, RequestInvalid
 from runtime.plugins import PluginError, process_plugins
 from schema.store.errors import IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused, Receipt
+from schema.wire import RootPolicy
+from schema.wire.json import JsonValue
 from schema.wire.route import MAX_PRIORITY, MIN_PRIORITY
-from worker.cli.owner import OwnerInputError, add_owner_parser
+from worker.cli import owner
+from worker.cli.commands import Parsed, RunId, ToolCallId, command, commands
+from worker.cli.owner import OwnerInputError
 from worker.cli.run_view import cmd_status, cmd_watch
 from worker.engine.processes import (
     aidawork_version,
@@ -69,17 +77,10 @@ def _err(message: str, code: int) -> int:
     return code
 
 
-def _run_id(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a run id: {raw!r}") from None
-
-
-def parse_json(text: str, what: str) -> Any:
+def parse_json(text: str, what: str) -> JsonValue:
     """``json.loads``, with each way it can fail as an ``InputError`` naming ``what``."""
     try:
-        return json.loads(text)
+        value: JsonValue = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:  # json.loads recurses per level: far deeper than allowed
@@ -87,9 +88,10 @@ def parse_json(text: str, what: str) -> Any:
     except ValueError as exc:  # CPython's 4300-digit limit on int conversion
         reason = TOO_MANY_DIGITS if "digits" in str(exc) else "cannot be parsed as JSON"
         raise InputError(f"{what}: {reason}") from None
+    return value
 
 
-def _read_request(source: str) -> Any:
+def _read_request(source: str) -> JsonValue:
     try:
         data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
@@ -101,25 +103,95 @@ def _read_request(source: str) -> Any:
     return parse_json(text, "the request")
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
+app = commands("AIDAWORK: durable LLM agent runs.", add_completion=True)
+
+
+def _show_version(shown: bool) -> None:
+    if shown:
+        print(f"aidawork {aidawork_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def aidawork(
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_show_version, help="show the version and exit")
+    ] = False,
+) -> None:
+    # The options before the command: --version (and --help, --install-completion).
+    return None
+
+
+# --- the long-running processes (worker.engine.processes) ---------------------------------
+
+command(app, "migrate", "create the database if needed and run the migrations")(cmd_migrate)
+
+
+@command(app, "worker", "start a Celery worker (threads pool)")
+def start_worker(
+    concurrency: Annotated[int | None, typer.Option(help="threads (default AIDAWORK_WORKER_CONCURRENCY)")] = None,
+) -> int:
+    return cmd_worker(concurrency)
+
+
+command(app, "beat", "run the reconciler every AIDAWORK_RECONCILE_INTERVAL_S (one per deployment)")(cmd_beat)
+command(app, "webhooks", "start the webhook deliverer (POSTs the outbox's due deliveries, signed)")(cmd_webhooks)
+
+
+@command(app, "flower", "start Flower on the same broker")
+def start_flower(port: int = 5555, address: str = "127.0.0.1") -> int:
+    return cmd_flower(port, address)
+
+
+@command(app, "api", "start the HTTP API (uvicorn); tokens from AIDAWORK_API_TOKENS")
+def cmd_api(port: int = 8080, host: str = "127.0.0.1") -> int:
+    from worker.api import create_app
+    from worker.api.server import serve
+
+    settings = get_settings()
+    if not settings.api_token_owners:
+        return _err("AIDAWORK_API_TOKENS is not set: give it a JSON object {token: owner}", EXIT_INPUT)
+    serve(create_app(settings), settings, host=host, port=port)
+    return EXIT_OK
+
+
+# --- the client commands (worker.client) ---------------------------------------------------
+
+
+@command(app, "submit", "submit a run request (JSON file, or - for stdin); prints the run id")
+def cmd_submit(
+    file: Annotated[str, typer.Argument(metavar="FILE", show_default=False)],
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="the request's idempotency_key: a replay returns the same run")
+    ] = None,
+    root_policy: Annotated[
+        RootPolicy | None, typer.Option(help="the request's root_policy: what to do when the Root has an active run")
+    ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            min=MIN_PRIORITY,
+            max=MAX_PRIORITY,
+            metavar=f"{MIN_PRIORITY}-{MAX_PRIORITY}",
+            help="orders the run's rounds within its owner's share: 9 the most urgent (default: the file's, else 5)",
+        ),
+    ] = None,
+) -> int:
     from worker import client
 
     try:
-        raw = _read_request(args.file)
+        raw = _read_request(file)
     except InputError as exc:
-        return _err(str(exc), EXIT_INPUT)
-    except OwnerInputError as exc:
         return _err(str(exc), EXIT_INPUT)
     if not isinstance(raw, dict):
         return _err("the request must be a JSON object", EXIT_INPUT)
-    for flag, field in (("idempotency_key", "idempotency_key"), ("root_policy", "root_policy")):
-        given = getattr(args, flag, None)
+    for field, given in (("idempotency_key", idempotency_key), ("root_policy", root_policy)):
         if given is not None:
             if raw.get(field) not in (None, given):
-                return _err(f"invalid request: {field}: differs from --{flag.replace('_', '-')}", EXIT_INPUT)
+                return _err(f"invalid request: {field}: differs from --{field.replace('_', '-')}", EXIT_INPUT)
             raw[field] = given
-    if args.priority is not None:
-        raw = {**raw, "priority": args.priority}
+    if priority is not None:
+        raw = {**raw, "priority": priority}
     try:
         submitted = client.submit(raw)
     except (RequestInvalid, RootNotFound) as exc:
@@ -137,6 +209,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+command(app, "status", "show a run")(cmd_status)
+command(app, "watch", "print a run's events until it ends")(cmd_watch)
+
+
 def _read_delivery(specs: list[str]) -> dict[str, str]:
     """``--file PATH`` delivers PATH as asked; ``--file ASKED=LOCAL`` reads LOCAL for ASKED."""
     files = {}
@@ -152,23 +228,34 @@ def _read_delivery(specs: list[str]) -> dict[str, str]:
     return files
 
 
-def cmd_deliver(args: argparse.Namespace) -> int:
+@command(app, "deliver", "deliver the files a suspended tool call asked for")
+def cmd_deliver(
+    run_id: RunId,
+    tool_call_id: ToolCallId,
+    file: Annotated[
+        list[str], typer.Option(metavar="PATH|ASKED=LOCAL", help="a file to deliver (repeat for several)")
+    ],
+) -> int:
     from worker import client
 
-    receipt = client.deliver(args.run_id, args.tool_call_id, _read_delivery(args.file))
+    receipt = client.deliver(run_id, tool_call_id, _read_delivery(file))
     state = "stored" if receipt.stored else "already delivered; nothing changed"
     resumed = "; the run resumes" if receipt.resumes else ""
-    print(f"{args.tool_call_id}: {state}{resumed}")
+    print(f"{tool_call_id}: {state}{resumed}")
     return EXIT_OK
 
 
-def cmd_resolve(args: argparse.Namespace) -> int:
+@command(app, "resolve", "resolve a prerequisite a suspended run waits for")
+def cmd_resolve(
+    run_id: RunId,
+    key: Annotated[str, typer.Argument(metavar="KEY", show_default=False)],
+    value: Annotated[str, typer.Option(help="the value, as JSON")],
+) -> int:
     from worker import client
 
-    value = parse_json(args.value, "--value")
-    receipt = client.resolve(args.run_id, args.key, value)
+    receipt = client.resolve(run_id, key, parse_json(value, "--value"))
     state = "resolved" if receipt.stored else "already resolved; nothing changed"
-    print(f"{args.key}: {state}{'; the run resumes' if receipt.resumes else ''}")
+    print(f"{key}: {state}{'; the run resumes' if receipt.resumes else ''}")
     return EXIT_OK
 
 
@@ -178,169 +265,126 @@ def _print_answer(tool_call_id: str, receipt: Receipt, done: str) -> int:
     return EXIT_OK
 
 
-def cmd_tool_result(args: argparse.Namespace) -> int:
+@command(app, "tool-result", "the result of a client tool, or of a call whose outcome is unknown")
+def cmd_tool_result(
+    run_id: RunId,
+    tool_call_id: ToolCallId,
+    value: Annotated[str, typer.Option("--json", metavar="VALUE", help="the result, as JSON")],
+    error: Annotated[bool, typer.Option("--error", help="the call failed: the model sees a failed result")] = False,
+) -> int:
     from worker import client
 
-    value = parse_json(args.json, "--json")
-    receipt = client.tool_result(args.run_id, args.tool_call_id, value, is_error=args.error)
-    return _print_answer(args.tool_call_id, receipt, "failed result stored" if args.error else "result stored")
+    receipt = client.tool_result(run_id, tool_call_id, parse_json(value, "--json"), is_error=error)
+    return _print_answer(tool_call_id, receipt, "failed result stored" if error else "result stored")
 
 
-def cmd_retry_tool(args: argparse.Namespace) -> int:
+@command(app, "retry-tool", "run an at_most_once call whose outcome is unknown once more")
+def cmd_retry_tool(run_id: RunId, tool_call_id: ToolCallId) -> int:
     from worker import client
 
-    receipt = client.retry_tool(args.run_id, args.tool_call_id)
-    return _print_answer(args.tool_call_id, receipt, "it will run again")
+    receipt = client.retry_tool(run_id, tool_call_id)
+    return _print_answer(tool_call_id, receipt, "it will run again")
 
 
-def cmd_approve(args: argparse.Namespace) -> int:
+@command(app, "approve", "let a call that waits for approval run (maybe with edited args)")
+def cmd_approve(
+    run_id: RunId,
+    tool_call_id: ToolCallId,
+    args: Annotated[
+        str | None, typer.Option(metavar="JSON", help="the call's args, edited (the whole object)")
+    ] = None,
+) -> int:
     from worker import client
 
-    edited = None if args.args is None else parse_json(args.args, "--args")
+    edited = None if args is None else parse_json(args, "--args")
     if edited is not None and not isinstance(edited, dict):
         raise InputError("--args must be a JSON object: the call's args, edited")
-    receipt = client.approve(args.run_id, args.tool_call_id, args=edited)
-    return _print_answer(args.tool_call_id, receipt, "approved" + (" with edited args" if edited is not None else ""))
+    receipt = client.approve(run_id, tool_call_id, args=edited)
+    return _print_answer(tool_call_id, receipt, "approved" + (" with edited args" if edited is not None else ""))
 
 
-def cmd_reject(args: argparse.Namespace) -> int:
+@command(app, "reject", "refuse a call that waits for approval; the model is told why")
+def cmd_reject(
+    run_id: RunId,
+    tool_call_id: ToolCallId,
+    reason: Annotated[str, typer.Option(help="why (shown to the model)")],
+) -> int:
     from worker import client
 
-    receipt = client.reject(args.run_id, args.tool_call_id, reason=args.reason)
-    return _print_answer(args.tool_call_id, receipt, "rejected")
+    receipt = client.reject(run_id, tool_call_id, reason=reason)
+    return _print_answer(tool_call_id, receipt, "rejected")
 
 
-def cmd_cancel(args: argparse.Namespace) -> int:
+@command(app, "cancel", "cancel a run that has not ended")
+def cmd_cancel(run_id: RunId) -> int:
     from worker import client
 
-    if client.cancel(args.run_id):
-        print(f"cancelled {args.run_id}")
+    if client.cancel(run_id):
+        print(f"cancelled {run_id}")
         return EXIT_OK
-    return _err(f"run {args.run_id} has already ended", EXIT_INPUT)
+    return _err(f"run {run_id} has already ended", EXIT_INPUT)
 
 
-def cmd_prune(args: argparse.Namespace) -> int:
+def _days(raw: str) -> float:
+    """``--older-than-days``, checked by ``older_than_days_arg``; a refusal is a usage error."""
+    try:
+        return older_than_days_arg(raw)
+    except ValueError as exc:  # its message names the flag
+        raise UsageError(str(exc)) from None
+
+
+@command(app, "prune", "delete Roots whose runs all ended long ago, with all their rows")
+def cmd_prune(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only count what would be deleted")] = False,
+    older_than_days: Annotated[
+        float | None,
+        typer.Option(
+            metavar="N", parser=_days, help="runs that ended more than N days ago (default AIDAWORK_RETENTION_DAYS)"
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> int:
     from worker.client.context import engine_for
     from worker.ops.retention import describe, prune
 
     settings = get_settings()
-    days = args.older_than_days if args.older_than_days is not None else settings.retention_days
+    days = older_than_days if older_than_days is not None else settings.retention_days
     if days is None:
         return _err("--older-than-days: give a number of days, or set AIDAWORK_RETENTION_DAYS", EXIT_INPUT)
     engine = engine_for(settings, threads=1)
     try:
-        report = prune(engine, older_than_days=days, batch_runs=settings.retention_batch_runs, dry_run=args.dry_run)
+        report = prune(engine, older_than_days=days, batch_runs=settings.retention_batch_runs, dry_run=dry_run)
     finally:
         engine.dispose()
-    print(json.dumps(report.to_json(), indent=2) if args.json else "\n".join(describe(report)))
+    print(json.dumps(report.to_json(), indent=2) if as_json else "\n".join(describe(report)))
     return EXIT_OK
 
 
-def _answer_parser(sub: Any, name: str, fn: Callable[[argparse.Namespace], int], help: str) -> Any:
-    """A command that answers one suspended call: ``RUN_ID TOOL_CALL_ID`` and its options."""
-    p = sub.add_parser(name, help=help)
-    p.add_argument("run_id", type=_run_id)
-    p.add_argument("tool_call_id")
-    p.set_defaults(fn=fn)
-    return p
+app.add_typer(owner.app, name="owner")
 
 
-def _cmd_api(args: argparse.Namespace) -> int:
-    if not get_settings().api_token_owners:
-        return _err("AIDAWORK_API_TOKENS is not set: give it a JSON object {token: owner}", EXIT_INPUT)
-    return cmd_api(args)
+# --- running a command --------------------------------------------------------------------
 
 
-def cmd_api(args: argparse.Namespace) -> int:
-    from worker.api import create_app
-    from worker.api.server import serve
+def parse(argv: Sequence[str] | None = None) -> Parsed:
+    """The command line parsed (``argv``, else the process's), nothing run. Exits (SystemExit):
+    0 after ``--help``, ``--version``, ``--install-completion`` or a shell's completion
+    request; 2 on a usage error, after the command's usage and one line naming the problem."""
+    try:
+        parsed = typer.main.get_command(app).main(argv, prog_name="aidawork", standalone_mode=False)
+    except UsageError as exc:
+        _usage_error(exc)
+    if isinstance(parsed, Parsed):
+        return parsed
+    raise SystemExit(parsed)  # the exit code of --help or --version, which ran
 
-    settings = get_settings()
-    serve(create_app(settings), settings, host=args.host, port=args.port)
-    return EXIT_OK
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aidawork", description="AIDAWORK: durable LLM agent runs.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {aidawork_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("migrate", help="create the database if needed and run the migrations").set_defaults(fn=cmd_migrate)
-    p = sub.add_parser("worker", help="start a Celery worker (threads pool)")
-    p.add_argument("--concurrency", type=int, default=None, help="threads (default AIDAWORK_WORKER_CONCURRENCY)")
-    p.set_defaults(fn=cmd_worker)
-    p = sub.add_parser("beat", help="run the reconciler every AIDAWORK_RECONCILE_INTERVAL_S (one per deployment)")
-    p.set_defaults(fn=cmd_beat)
-    sub.add_parser(
-        "webhooks", help="start the webhook deliverer (POSTs the outbox's due deliveries, signed)"
-    ).set_defaults(fn=cmd_webhooks)
-    p = sub.add_parser("flower", help="start Flower on the same broker")
-    p.add_argument("--port", type=int, default=5555)
-    p.add_argument("--address", default="127.0.0.1")
-    p.set_defaults(fn=cmd_flower)
-    p = sub.add_parser("api", help="start the HTTP API (uvicorn); tokens from AIDAWORK_API_TOKENS")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--host", default="127.0.0.1")
-    p.set_defaults(fn=_cmd_api)
-    p = sub.add_parser("submit", help="submit a run request (JSON file, or - for stdin); prints the run id")
-    p.add_argument("file")
-    p.add_argument("--idempotency-key", help="the request's idempotency_key: a replay returns the same run")
-    p.add_argument(
-        "--root-policy", choices=["enqueue", "reject", "interrupt", "rollback"],
-        help="the request's root_policy: what to do when the Root has an active run",
-    )
-    p.add_argument(
-        "--priority",
-        type=int,
-        choices=range(MIN_PRIORITY, MAX_PRIORITY + 1),
-        metavar="0-9",
-        help="orders the run's rounds within its owner's share: 9 the most urgent (default: the file's, else 5)",
-    )
-    p.set_defaults(fn=cmd_submit)
-    p = sub.add_parser("status", help="show a run")
-    p.add_argument("run_id", type=_run_id)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(fn=cmd_status)
-    p = sub.add_parser("watch", help="print a run's events until it ends")
-    p.add_argument("run_id", type=_run_id)
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
-    p.add_argument("--no-deltas", action="store_true", help="durable events only, not the model's text as it streams")
-    p.set_defaults(fn=cmd_watch)
-    p = sub.add_parser("deliver", help="deliver the files a suspended tool call asked for")
-    p.add_argument("run_id", type=_run_id)
-    p.add_argument("tool_call_id")
-    p.add_argument(
-        "--file",
-        action="append",
-        required=True,
-        metavar="PATH|ASKED=LOCAL",
-        help="a file to deliver (repeat for several)",
-    )
-    p.set_defaults(fn=cmd_deliver)
-    p = sub.add_parser("resolve", help="resolve a prerequisite a suspended run waits for")
-    p.add_argument("run_id", type=_run_id)
-    p.add_argument("key")
-    p.add_argument("--value", required=True, help="the value, as JSON")
-    p.set_defaults(fn=cmd_resolve)
-    p = _answer_parser(sub, "tool-result", cmd_tool_result,
-                       "the result of a client tool, or of a call whose outcome is unknown")
-    p.add_argument("--json", required=True, metavar="VALUE", help="the result, as JSON")
-    p.add_argument("--error", action="store_true", help="the call failed: the model sees a failed result")
-    _answer_parser(sub, "retry-tool", cmd_retry_tool, "run an at_most_once call whose outcome is unknown once more")
-    p = _answer_parser(sub, "approve", cmd_approve, "let a call that waits for approval run (maybe with edited args)")
-    p.add_argument("--args", default=None, metavar="JSON", help="the call's args, edited (the whole object)")
-    p = _answer_parser(sub, "reject", cmd_reject, "refuse a call that waits for approval; the model is told why")
-    p.add_argument("--reason", required=True, help="why (shown to the model)")
-    p = sub.add_parser("cancel", help="cancel a run that has not ended")
-    p.add_argument("run_id", type=_run_id)
-    p.set_defaults(fn=cmd_cancel)
-    p = sub.add_parser("prune", help="delete Roots whose runs all ended long ago, with all their rows")
-    p.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
-    p.add_argument("--older-than-days", type=older_than_days_arg, default=None, metavar="N",
-                   help="runs that ended more than N days ago (default AIDAWORK_RETENTION_DAYS)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(fn=cmd_prune)
-    add_owner_parser(sub)
-    return parser
+def _usage_error(exc: UsageError) -> NoReturn:
+    if exc.ctx is not None:
+        print(exc.ctx.get_usage(), file=sys.stderr)
+    where = exc.ctx.command_path if exc.ctx is not None else "aidawork"
+    print(f"{where}: error: {exc.format_message()}", file=sys.stderr)
+    raise SystemExit(exc.exit_code)
 
 
 def _prepare_process(command: str, settings: Settings) -> str | None:
@@ -362,19 +406,19 @@ def _prepare_process(command: str, settings: Settings) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     global _command
-    args = build_parser().parse_args(argv)
-    _command = args.command
+    parsed = parse(argv)
+    _command = parsed.name
     # Client commands print results on stdout; only warnings go to stderr. Logging is set
     # up before the settings are read, so even a refused setting is a JSON line.
-    configure_logging("WARNING" if args.command in CLIENT_COMMANDS else "INFO")
+    configure_logging("WARNING" if _command in CLIENT_COMMANDS else "INFO")
     try:
         settings = get_settings()
-        if args.command not in CLIENT_COMMANDS:
+        if _command not in CLIENT_COMMANDS:
             configure_logging(settings.log_level)
-        problem = _prepare_process(args.command, settings)
+        problem = _prepare_process(_command, settings)
         if problem is not None:
             return _err(problem, EXIT_INPUT)
-        return int(args.fn(args))
+        return parsed.run()
     except SettingsError as exc:
         return _err(str(exc), EXIT_INPUT)
     except PluginError as exc:

@@ -4,21 +4,23 @@ answered from the command line (README: "Waits and how to answer them")."""
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Annotated
+
+import typer
 
 from schema.wire import RunEvent
+from worker.cli.commands import RunId
 
 EXIT_OK = 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def cmd_status(run_id: RunId, as_json: Annotated[bool, typer.Option("--json")] = False) -> int:
     from worker import client
 
-    view = client.status(args.run_id)
-    if args.json:
+    view = client.status(run_id)
+    if as_json:
         print(view.model_dump_json(indent=2))
         return EXIT_OK
     print(
@@ -61,7 +63,7 @@ ANSWER_HINTS = {
 }
 
 
-def _shown(value: Any, limit: int = 200) -> str:
+def _shown(value: object, limit: int = 200) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -72,7 +74,7 @@ def describe_wait(
     *,
     paths: Sequence[str] | None = None,
     key: str | None = None,
-    args: Any = None,
+    args: object = None,
     reason: str | None = None,
 ) -> str:
     """What a suspended call needs, in a line: for ``status`` and for ``watch``."""
@@ -90,7 +92,7 @@ def describe_wait(
     return kind
 
 
-def _describe_input(data: dict[str, Any]) -> str:
+def _describe_input(data: Mapping[str, object]) -> str:
     """An ``input_delivered`` event: files, a prerequisite, or an answer to a call."""
     answer = data.get("answer")
     if answer is None:
@@ -106,14 +108,14 @@ def _describe_input(data: dict[str, Any]) -> str:
     return f"{call}: result given"
 
 
-def _describe_completed(data: dict[str, Any]) -> str:
+def _describe_completed(data: Mapping[str, object]) -> str:
     """A ``tool_completed`` event: the result, whether it failed, and a person's decision."""
     failed = " (failed)" if data.get("status") == "failed" else ""
     approval = data.get("approval")
     decided = ""
-    if approval is not None and approval["decision"] == "reject":
+    if isinstance(approval, dict) and approval["decision"] == "reject":
         decided = " [rejected]"
-    elif approval is not None:
+    elif isinstance(approval, dict):
         decided = " [approved with edited args]" if "args" in approval else " [approved]"
     return f"{data['name']}{decided} -> {json.dumps(data['result'])[:200]}{failed}"
 
@@ -151,14 +153,20 @@ def format_event(event: RunEvent) -> str:
     return f"#{event.seq} {event.kind}  {detail}"
 
 
-def cmd_watch(args: argparse.Namespace) -> int:
+def cmd_watch(
+    run_id: RunId,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
+    no_deltas: Annotated[
+        bool, typer.Option("--no-deltas", help="durable events only, not the model's text as it streams")
+    ] = False,
+) -> int:
     from worker import client
     from worker.ops.deltas import RunDelta
 
     streaming = None  # the round whose streamed text is on the current line
-    for item in client.events(args.run_id, deltas=not args.no_deltas):
+    for item in client.events(run_id, deltas=not no_deltas):
         if isinstance(item, RunDelta):
-            if args.json:
+            if as_json:
                 print(json.dumps({"kind": item.kind, **item.sse_data()}), flush=True)
                 continue
             if item.restarted or streaming != item.round:
@@ -172,5 +180,5 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if streaming is not None:  # the round's durable events end its streamed line
             print(flush=True)
             streaming = None
-        print(item.model_dump_json() if args.json else format_event(item), flush=True)
+        print(item.model_dump_json() if as_json else format_event(item), flush=True)
     return EXIT_OK

@@ -41,6 +41,7 @@ from schema.store.errors import RootBusy as RootBusy
 from schema.store.runs import Submitted
 from schema.store.suspensions import Receipt
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
+from schema.wire.json import JsonMapping, JsonObject, JsonValue
 from schema.wire.owners import OwnerLimits, OwnerLimitsChange, check_owner_name
 from schema.wire.vocab import ToolAnswerKind
 from worker.client.checks import MAX_REASON_CHARS as MAX_REASON_CHARS
@@ -65,7 +66,7 @@ from worker.ops.webhooks.signature import verify_webhook as verify_webhook
 log = structlog.get_logger("aidawork.client")
 
 
-def submit(request: Mapping[str, Any] | RunRequest, *, ctx: ClientContext | None = None) -> Submitted:
+def submit(request: Mapping[str, object] | RunRequest, *, ctx: ClientContext | None = None) -> Submitted:
     """Validate, store (one transaction), then ring the doorbell. If the broker is down,
     the run is still stored and the reconciler sends it later. A ``webhook`` whose URL is
     not under ``AIDAWORK_WEBHOOK_URLS`` is refused with ``WebhookRefused``.
@@ -123,6 +124,8 @@ def status(run_id: UUID, *, owner: str | None = None, ctx: ClientContext | None 
 
 
 def cancel(run_id: UUID, *, ctx: ClientContext | None = None) -> bool:
+    """Cancel the run: ``True`` if this call cancelled it, ``False`` if it had already
+    ended. The runs queued behind it on its Root are sent."""
     ctx = ctx or get_client_context()
     cancelled, next_runs = run_store.cancel_run(ctx.engine, run_id)
     send_next_runs(ctx.store, ctx.dispatch, next_runs)
@@ -151,7 +154,7 @@ def deliver(run_id: UUID, tool_call_id: str, files: Mapping[str, str], *, ctx: C
     return _resume(ctx, run_id, receipt)
 
 
-def resolve(run_id: UUID, key: str, value: Any, *, ctx: ClientContext | None = None) -> Receipt:
+def resolve(run_id: UUID, key: str, value: JsonValue, *, ctx: ClientContext | None = None) -> Receipt:
     """Resolve a prerequisite the run waits for; idempotent like ``deliver``."""
     check_prerequisite(key, value)
     ctx = ctx or get_client_context()
@@ -171,7 +174,7 @@ def _answer(ctx: ClientContext | None, run_id: UUID, tool_call_id: str, answer: 
 
 
 def tool_result(
-    run_id: UUID, tool_call_id: str, value: Any, *, is_error: bool = False, ctx: ClientContext | None = None
+    run_id: UUID, tool_call_id: str, value: JsonValue, *, is_error: bool = False, ctx: ClientContext | None = None
 ) -> Receipt:
     """The result of a call that waits for one: a client tool's (``client_tool``), or an
     operator's word on what an ``at_most_once`` call whose end was never recorded did
@@ -188,7 +191,7 @@ def retry_tool(run_id: UUID, tool_call_id: str, *, ctx: ClientContext | None = N
 
 
 def approve(
-    run_id: UUID, tool_call_id: str, *, args: Mapping[str, Any] | None = None, ctx: ClientContext | None = None
+    run_id: UUID, tool_call_id: str, *, args: JsonMapping | None = None, ctx: ClientContext | None = None
 ) -> Receipt:
     """Let a call that waits for approval run: as proposed, or with ``args`` instead (the
     whole args, edited), which are checked against the tool's schema first (``RequestInvalid``
@@ -208,7 +211,7 @@ def reject(run_id: UUID, tool_call_id: str, *, reason: str, ctx: ClientContext |
     return _answer(ctx, run_id, tool_call_id, Answer(ToolAnswerKind.REJECT, reason=reason))
 
 
-def _check_edited_args(ctx: ClientContext, run_id: UUID, tool_call_id: str, args: dict[str, Any]) -> None:
+def _check_edited_args(ctx: ClientContext, run_id: UUID, tool_call_id: str, args: JsonObject) -> None:
     waiting = answer_store.waiting_call(ctx.engine, run_id, tool_call_id)
     if waiting is None or waiting.kind != "approval":
         return  # not waiting for an approval: the store refuses it, saying why

@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 from runtime.deps import DEV_SECRET, Runtime, build_runtime
 from runtime.models.keys import ModelKeys, NamedKey
 from runtime.plugins import process_plugins
+from schema.store.port import StorePort
 from schema.store.store import Store
 from schema.store.tx import make_engine
 from worker.ops.celery_app import Dispatcher, app_for, redis_broker, send_or_defer
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 class ClientContext:
     settings: Settings
     engine: Engine
-    store: Store  # the store operations on ``engine`` (what the worker shell calls)
+    store: StorePort  # the store operations on ``engine`` (what the worker shell calls)
     runtime: Runtime
     dispatch: Dispatcher
 

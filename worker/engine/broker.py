@@ -44,7 +44,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from time import monotonic
-from typing import Any
+from typing import TypeAlias
 
 import redis
 from kombu.transport import redis as kombu_redis
@@ -95,28 +95,35 @@ return taken
 """
 
 
+# A packed command's cache key (its command, queue order and parameter) and what is kept:
+# the packed command, opaque, and the keys it names.
+PackKey: TypeAlias = tuple[str, tuple[str, ...], float]
+Packed: TypeAlias = tuple[object, list[str]]
+
+
 def brpop_keys(queues: Sequence[str], steps: Sequence[int], key_for: Callable[[str, int], str]) -> list[str]:
     """BRPOP's keys for queues in their turn order: queue first, then priority steps."""
     return [key_for(queue, step) for queue in queues for step in steps]
 
 
 class Channel(kombu_redis.Channel):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._sync_client: Any = None
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self._sync_client: redis.Redis | None = None
         self._sync_client_lock = threading.Lock()
-        self._packed: dict[tuple[Any, ...], Any] = {}
+        self._packed: dict[PackKey, Packed] = {}
         self._backlog = True  # the last batch found messages (or none was tried yet)
         self._since_probe = 0
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
 
-    def _create_client(self, asynchronous: bool = False) -> Any:
+    def _create_client(self, asynchronous: bool = False) -> redis.Redis:
         if self.connection is None or self.connection.client is None:
             # The channel was closed under us (the broker went away and the consumer is
             # reconnecting): a connection error, which Celery recovers from, rather than
             # kombu's AttributeError on the missing connection, which stops the consumer.
             raise redis.exceptions.ConnectionError("the broker connection of this channel is closed")
         if asynchronous:
-            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
+            event_loop_client: redis.Redis = super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
+            return event_loop_client
         if self._sync_client is None:
             with self._sync_client_lock:
                 if self._sync_client is None:
@@ -132,19 +139,19 @@ class Channel(kombu_redis.Channel):
             return
         connection = self.client.connection
 
-        def pack() -> Any:
-            keys: list[Any] = brpop_keys(queues, self.priority_steps, self._q_for_pri)
-            command_args = ["BRPOP", *keys, timeout or 0]
+        def pack() -> Packed:
+            keys = brpop_keys(queues, self.priority_steps, self._q_for_pri)
+            command_args: list[str | float] = ["BRPOP", *keys, timeout or 0]
             if self.global_keyprefix:
                 command_args = self.client._prefix_args(command_args)
-            return connection.pack_command(*command_args)
+            return connection.pack_command(*command_args), keys
 
-        packed = self._packed_once(("BRPOP", tuple(queues), timeout), pack)
+        packed, _ = self._packed_once(("BRPOP", tuple(queues), timeout), pack)
         self._in_poll = connection
         self._brpop_sent_at = monotonic()  # type: ignore[assignment]  # kombu declares it None
         connection.send_packed_command(packed)
 
-    def _brpop_read(self, **options: Any) -> bool:
+    def _brpop_read(self, **options: object) -> bool:
         delivered = bool(super()._brpop_read(**options))  # type: ignore[no-untyped-call]
         self._take_more()
         return delivered
@@ -167,7 +174,7 @@ class Channel(kombu_redis.Channel):
         steps = len(self.priority_steps)
         connection = self.client.connection
 
-        def pack() -> tuple[Any, list[str]]:
+        def pack() -> Packed:
             keys = brpop_keys(queues, self.priority_steps, self._q_for_pri)
             return connection.pack_command("EVAL", TAKE_MORE_LUA, len(keys), *keys, len(queues), steps, limit), keys
 
@@ -192,8 +199,8 @@ class Channel(kombu_redis.Channel):
                     client.rpush(keys[rest_at], rest)
                 raise
 
-    def _packed_once(self, key: tuple[Any, ...], pack: Callable[[], Any]) -> Any:
-        """What ``pack`` returns (a packed command), computed once per ``key``."""
+    def _packed_once(self, key: PackKey, pack: Callable[[], Packed]) -> Packed:
+        """What ``pack`` returns (a packed command and its keys), computed once per ``key``."""
         packed = self._packed.get(key)
         if packed is None:
             if len(self._packed) >= PACKED_CACHE_MAX:

@@ -15,21 +15,30 @@ when the consumer shuts down is flushed first."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol
 
 from celery.worker.consumer import Consumer as CeleryConsumer
 
 EVENTS_FLUSH_S = 0.1
 
 
+class _Timer(Protocol):  # kombu's timer entry
+    def cancel(self) -> None: ...
+
+
+class _Hub(Protocol):  # what is used of kombu's event loop
+    def call_repeatedly(self, secs: float, fun: Callable[[], object]) -> _Timer: ...
+
+
 class Consumer(CeleryConsumer):  # type: ignore[misc]
-    _events_timer: Any = None
+    _events_timer: _Timer | None = None
 
     def on_send_event_buffered(self) -> None:
         # The loop's timer flushes (register_with_event_loop): nothing to wake it for.
         return None
 
-    def register_with_event_loop(self, hub: Any) -> None:
+    def register_with_event_loop(self, hub: _Hub) -> None:
         super().register_with_event_loop(hub)
         # Called again when the consumer restarts its loop (a lost broker connection):
         # one timer at a time.

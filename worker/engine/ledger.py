@@ -5,7 +5,6 @@ published, the round's observation fed, and the rate limit's turn waited for."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import structlog
 
@@ -18,6 +17,7 @@ from runtime.outcomes import ToolInvocation
 from runtime.tools import PriorExecution, ToolContext, ToolOutcome
 from schema.store.budgets import BudgetRefused
 from schema.wire.claim import Claim
+from schema.wire.json import JsonObject
 from schema.wire.vocab import ToolStatus
 from worker.engine import failpoints
 from worker.engine.bootstrap import WorkerContext
@@ -137,7 +137,7 @@ class LedgerHooks:
         return publish
 
 
-def _storable(response: ModelResponse | None) -> dict[str, Any] | None:
+def _storable(response: ModelResponse | None) -> JsonObject | None:
     """The response as the ledger keeps it for a redone round, or None when it holds a
     value no jsonb column can (the round then fails with MODEL_RESPONSE_INVALID, and a
     redone round calls the model again rather than the ledger write failing here)."""

@@ -10,7 +10,6 @@ JSON ``start_refused`` line (``refuse_start``).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import json
@@ -19,10 +18,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -57,7 +57,7 @@ def _celery_keeps_our_logging() -> None:
     setup_logging.connect(_leave_logging_alone, weak=False)
 
 
-def _leave_logging_alone(**_: Any) -> None:
+def _leave_logging_alone(**_: object) -> None:
     return None
 
 
@@ -71,7 +71,7 @@ def _celery_says_json() -> None:
     celery_worker.safe_say = _say_as_json
 
 
-def _say_as_json(msg: str, f: Any = None) -> None:
+def _say_as_json(msg: str, f: object = None) -> None:
     line = {
         "event": msg.strip(),
         "logger": "celery.apps.worker",
@@ -101,12 +101,23 @@ def _when_ready() -> None:
     worker_ready.connect(_on_ready, weak=False)
 
 
-def _on_ready(sender: Any, **_: Any) -> None:  # sender: the worker's consumer
+class _Pool(Protocol):  # what is used of Celery's worker pool
+    limit: int
+
+    @property
+    def info(self) -> Mapping[str, object]: ...
+
+
+class _Consumer(Protocol):  # what is used of the worker's consumer
+    pool: _Pool
+
+
+def _on_ready(sender: _Consumer, **_: object) -> None:  # sender: the worker's consumer
     _start_pool_threads(sender.pool)
     _tune_gc()
 
 
-def _start_pool_threads(pool: Any) -> None:
+def _start_pool_threads(pool: _Pool) -> None:
     """Every thread of the threads pool started now, before the first message. Celery's
     pool (a ThreadPoolExecutor) starts a thread only when a task finds none idle, on the
     consumer's own thread, and each start waits until the new thread has run: a worker
@@ -135,7 +146,7 @@ def _tune_gc() -> None:
     log.info("gc_tuned", frozen_objects=gc.get_freeze_count(), thresholds=list(GC_THRESHOLDS))
 
 
-def cmd_migrate(args: argparse.Namespace) -> int:
+def cmd_migrate() -> int:
     from schema.migrate import ensure_database, upgrade_head
 
     url = get_settings().database_url
@@ -152,12 +163,13 @@ def worker_node_name(name: str) -> str:
     return str(host_format(default_nodename(name)))
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
+def cmd_worker(concurrency: int | None = None) -> int:
+    """``concurrency``: threads (default ``AIDAWORK_WORKER_CONCURRENCY``)."""
     from worker.engine.bootstrap import get_context, serve_metrics, set_process_threads
     from worker.ops.celery_app import get_app, round_queues
 
     settings = get_settings()
-    concurrency = args.concurrency or settings.worker_concurrency
+    concurrency = concurrency or settings.worker_concurrency
     set_process_threads(concurrency)
     node = worker_node_name(settings.worker_name)
     # In the workers registry from the start, so a death even before its first round is
@@ -194,7 +206,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_beat(args: argparse.Namespace) -> int:
+def cmd_beat() -> int:
     from worker.client.context import build_client_context
     from worker.engine.reconcile import reconcile_periodically
 
@@ -242,19 +254,19 @@ def _start_retention(engine: Engine, settings: Settings, stop: threading.Event) 
     return thread
 
 
-def cmd_flower(args: argparse.Namespace) -> int:
+def cmd_flower(port: int, address: str) -> int:
     from worker.ops.celery_app import get_app
 
     settings = get_settings()
     # Flower's banner is log lines (JSON here), so it is kept, unlike Celery's printed ones.
-    argv = ["flower", f"--port={args.port}", f"--address={args.address}", "--logging=none"]
+    argv = ["flower", f"--port={port}", f"--address={address}", "--logging=none"]
     if settings.flower_basic_auth is not None:
         # In-process: the credentials never appear on a command line (ps) or in a log.
         argv.append(f"--basic-auth={settings.flower_basic_auth.get_secret_value()}")
     log.info(
         "flower_started",
-        address=args.address,
-        port=args.port,
+        address=address,
+        port=port,
         basic_auth=settings.flower_basic_auth is not None,
         version=aidawork_version(),
     )
@@ -262,7 +274,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_webhooks(args: argparse.Namespace) -> int:
+def cmd_webhooks() -> int:
     from schema.store.tx import make_engine
     from worker.ops.webhooks.deliverer import Deliverer
 

@@ -34,7 +34,7 @@ import structlog
 from schema.store.budgets import release_dead_reservations, wake_budget_waits
 from schema.store.leases import due_for_dispatch
 from schema.store.limits import repair_running_counters
-from schema.store.suspensions import resume_if_ready, suspended_with_all_inputs
+from schema.store.suspensions import suspended_with_all_inputs
 from schema.store.workers import forget_old_workers
 from worker.client.context import ClientContext, send_woken
 from worker.ops.celery_app import send_due, send_or_defer
@@ -64,7 +64,7 @@ def reconcile(ctx: ClientContext) -> int:
         send_due(ctx.store, ctx.dispatch, one)
         log.info("run_redispatched", run_id=str(one.run_id), boundary_seq=one.boundary_seq, resume=one.resume)
     for run_id in suspended_with_all_inputs(ctx.engine):
-        resumes = resume_if_ready(ctx.engine, run_id)
+        resumes = ctx.store.resume_if_ready(run_id)
         if resumes:
             send_or_defer(ctx.store, run_id, partial(ctx.dispatch.resume, resumes, ctx.store.route_of(run_id)))
             log.info("run_redispatched", run_id=str(run_id), resume=True)

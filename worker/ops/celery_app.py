@@ -61,7 +61,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TypedDict
 from uuid import UUID, uuid4
 
 import structlog
@@ -69,8 +69,9 @@ from celery import Celery
 
 from runtime.shares import broker_priority, queue_index
 from schema.store.leases import Due
-from schema.store.store import Store
+from schema.store.port import StorePort
 from schema.wire import OriginalToolRoundResume
+from schema.wire.json import JsonValue
 from schema.wire.route import MAX_PRIORITY, Route
 from worker.ops.settings import Settings, get_settings
 
@@ -166,6 +167,10 @@ def __getattr__(name: str) -> Celery:
 log = structlog.get_logger("aidawork.dispatch")
 
 
+class _PublishOptions(TypedDict, total=False):
+    declare: list[object]  # the entities to declare before the publish (none: [])
+
+
 class Dispatcher:
     """Sends the round and resume tasks on one app's broker. Send only after the state a
     task depends on committed; ``send_or_defer`` covers a broker that stays down."""
@@ -178,13 +183,13 @@ class Dispatcher:
         # the queue again before every publish, as Celery does unless told otherwise, only
         # costs CPU (about 2 % of a worker's per round). On another broker a queue must
         # exist to take a message: the declaration stays.
-        self._round_options: dict[str, Any] = {} if declare_queues else {"declare": []}
+        self._round_options: _PublishOptions = {} if declare_queues else {"declare": []}
 
     def round(self, run_id: UUID, boundary_seq: int, route: Route, *, countdown_s: float | None = None) -> None:
         """Send the task for one round, to its owner's share at the run's priority
         (``countdown_s``: to run no sooner than that)."""
         queue = round_queue(queue_index(route, run_id, boundary_seq, self.queues))
-        args = [str(run_id), boundary_seq]
+        args: list[JsonValue] = [str(run_id), boundary_seq]
         # argsrepr: what Celery's saferepr would make of these two plain values (Flower
         # shows it), without its generic walk over them.
         self._send(
@@ -198,8 +203,8 @@ class Dispatcher:
                      countdown_s=round(countdown_s, 3))
 
     def _send(
-        self, name: str, args: list[Any], *, countdown: float | None = None, argsrepr: str | None = None,
-        **options: Any,
+        self, name: str, args: Sequence[JsonValue], *, countdown: float | None = None, argsrepr: str | None = None,
+        **options: object,
     ) -> None:
         """Publish task ``name`` with ``options`` (queue, priority, declare): once, on a
         producer from the app's pool, in the message Celery's ``send_task`` builds (its
@@ -214,7 +219,9 @@ class Dispatcher:
                 log.warning("publish_retried", task=name, error=type(exc).__name__)
         self.app.send_task(name, args=args, countdown=countdown, argsrepr=argsrepr, kwargsrepr="{}", **options)
 
-    def _send_once(self, name: str, args: list[Any], argsrepr: str | None, options: dict[str, Any]) -> None:
+    def _send_once(
+        self, name: str, args: Sequence[JsonValue], argsrepr: str | None, options: dict[str, object]
+    ) -> None:
         app = self.app
         parent = app.current_worker_task
         request = parent.request if parent is not None else None
@@ -243,7 +250,7 @@ class Dispatcher:
         )
 
 
-def send_or_defer(store: Store, run_id: UUID, send: Callable[[], None]) -> bool:
+def send_or_defer(store: StorePort, run_id: UUID, send: Callable[[], None]) -> bool:
     """Send a task whose state is committed; if the broker stays unreachable past the
     publish retries, make the run due for the reconciler's next pass instead of failing
     (failing would only redo a round that is already committed)."""
@@ -256,7 +263,7 @@ def send_or_defer(store: Store, run_id: UUID, send: Callable[[], None]) -> bool:
         return False
 
 
-def send_due(store: Store, dispatch: Dispatcher, due: Due) -> None:
+def send_due(store: StorePort, dispatch: Dispatcher, due: Due) -> None:
     """Send a run the task it is due: the resume of its suspended round whose inputs have
     all arrived, or the round at its boundary."""
     resumes = store.pending_resumes(due.run_id) if due.resume else []
@@ -266,7 +273,7 @@ def send_due(store: Store, dispatch: Dispatcher, due: Due) -> None:
         send_or_defer(store, due.run_id, partial(dispatch.round, due.run_id, due.boundary_seq, due.route))
 
 
-def send_next_runs(store: Store, dispatch: Dispatcher, run_ids: Sequence[UUID], owner: str | None = None) -> None:
+def send_next_runs(store: StorePort, dispatch: Dispatcher, run_ids: Sequence[UUID], owner: str | None = None) -> None:
     """Send each queued run a statement named as the next to start (its Root's turn came,
     or a slot of its owner's cap freed); each one's claim decides whether it may."""
     for run_id in run_ids:

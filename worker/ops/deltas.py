@@ -25,11 +25,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol
+from typing import Final, Literal, NotRequired, Protocol, TypedDict
 from uuid import UUID
 
 import redis
 import structlog
+from redis.client import PubSub
+
+from schema.wire.json import JsonMapping
 
 log = structlog.get_logger("aidawork.deltas")
 
@@ -43,6 +46,13 @@ COALESCE_S = 0.005
 FLUSH_S = 0.25  # the longest a round waits for its deltas to be sent
 
 DeltaKind = Literal["model_delta", "model_stream_restarted"]
+
+
+class DeltaData(TypedDict):
+    """The ``data`` of a delta's SSE message."""
+
+    round: int
+    delta: NotRequired[str]  # not in a model_stream_restarted
 
 
 def channel(run_id: UUID | str) -> str:
@@ -63,7 +73,7 @@ class RunDelta:
     def restarted(self) -> bool:
         return self.kind == MODEL_STREAM_RESTARTED
 
-    def sse_data(self) -> dict[str, Any]:
+    def sse_data(self) -> DeltaData:
         """The ``data`` of its SSE message: ``{"round", "delta"}`` or ``{"round"}``."""
         return {"round": self.round} if self.restarted else {"round": self.round, "delta": self.delta}
 
@@ -75,8 +85,10 @@ def encode(delta: RunDelta) -> str:
     )
 
 
-def decode(raw: bytes | str) -> RunDelta | None:
+def decode(raw: object) -> RunDelta | None:
     """The delta a message carries, or None for anything else on the channel."""
+    if not isinstance(raw, str | bytes | bytearray):  # what json.loads refuses with a TypeError
+        return None
     try:
         body = json.loads(raw)
         kind = body["kind"]
@@ -95,15 +107,16 @@ class DeltaOrder:
     def __init__(self) -> None:
         self.responded_round = -1
 
-    def responded(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "model_responded" and isinstance(data.get("boundary_seq"), int):
-            self.responded_round = max(self.responded_round, data["boundary_seq"])
+    def responded(self, kind: str, data: JsonMapping) -> None:
+        seq = data.get("boundary_seq")
+        if kind == "model_responded" and isinstance(seq, int):
+            self.responded_round = max(self.responded_round, seq)
 
     def keeps(self, delta: RunDelta) -> bool:
         return delta.round > self.responded_round
 
 
-def ends_stream_of(held: list[RunDelta], kind: str, data: dict[str, Any]) -> bool:
+def ends_stream_of(held: list[RunDelta], kind: str, data: JsonMapping) -> bool:
     """Whether this durable event is the response of the round the ``held`` deltas
     stream (or a later one): they go out before it."""
     seq = data.get("boundary_seq")
@@ -206,7 +219,7 @@ class DeltaSubscription:
 
     def __init__(self, url: str, run_id: UUID, *, ready_timeout_s: float = 2.0) -> None:
         self._client = redis.Redis.from_url(url, socket_connect_timeout=ready_timeout_s)
-        self._pubsub: Any = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
+        self._pubsub: PubSub | None = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
         try:
             self._pubsub.subscribe(channel(run_id))
             # The confirmation: from here on no delta of the run is missed.

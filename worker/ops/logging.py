@@ -18,12 +18,12 @@ import logging
 import sys
 import threading
 from types import TracebackType
-from typing import Any
 
 import structlog
+from structlog.types import Processor
 
 # The processors a stdlib record and a structlog event share, before rendering.
-_SHARED: list[Any] = [
+_SHARED: list[Processor] = [
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_logger_name,
     structlog.processors.add_log_level,

@@ -24,7 +24,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
 import redis
@@ -156,7 +155,7 @@ class RateLimiter:
         """Take one request and ``tokens`` from the bucket: 0.0, or the wait (s) until both
         would fit (nothing taken)."""
         limit = bucket.limit
-        args: list[Any] = [
+        args: list[float] = [
             (limit.requests_per_minute or 0) / 60,
             limit.request_capacity,
             (limit.tokens_per_minute or 0) / 60,

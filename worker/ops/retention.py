@@ -7,7 +7,6 @@ pass over years of history never delays the repair of a crashed round."""
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 from dataclasses import dataclass
@@ -53,7 +52,7 @@ def older_than_days_arg(raw: str) -> float:
     except ValueError:
         days = float("nan")
     if not 0 < days <= 36_500:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"--older-than-days must be a number of days in (0, 36500], not {raw!r}")
+        raise ValueError(f"--older-than-days must be a number of days in (0, 36500], not {raw!r}")
     return days
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import (
     Field,
@@ -414,13 +414,13 @@ class Settings(BaseSettings):
 
     @field_validator("webhook_secret", mode="before")
     @classmethod
-    def _unset_if_empty(cls, value: Any) -> Any:
+    def _unset_if_empty(cls, value: object) -> object:
         # docker compose passes an unset ${VAR:-} as "": that means no secret, not a short one.
         return None if value == "" else value
 
     @field_validator("retention_days", mode="before")
     @classmethod
-    def _retention_unset_if_empty(cls, value: Any) -> Any:
+    def _retention_unset_if_empty(cls, value: object) -> object:
         # docker compose passes an unset ${VAR:-} as "": keep forever, not an invalid number.
         return None if value == "" else value
 
@@ -486,7 +486,7 @@ class Settings(BaseSettings):
 
     @field_validator("model_keys", mode="before")
     @classmethod
-    def _key_json(cls, value: Any) -> Any:
+    def _key_json(cls, value: object) -> object:
         parsed = json_setting(value, '{"name": {"key": "...", "owners": ["owner"]}}')
         return {} if parsed is None else parsed
 
@@ -507,7 +507,7 @@ class Settings(BaseSettings):
 
     @field_validator("model_base_urls", mode="before")
     @classmethod
-    def _url_json(cls, value: Any) -> Any:
+    def _url_json(cls, value: object) -> object:
         parsed = json_setting(value, '["https://host/v1", ...]')
         return [] if parsed is None else parsed
 
@@ -518,7 +518,7 @@ class Settings(BaseSettings):
 
     @field_validator("model_rate_limits", mode="before")
     @classmethod
-    def _rate_limits_json(cls, value: Any) -> Any:
+    def _rate_limits_json(cls, value: object) -> dict[str, RateLimit]:
         return parse_rate_limits(json_setting(value, '{"API_KEY_REF/MODEL": {"requests_per_minute": N}}'))
 
     @model_validator(mode="after")
@@ -529,7 +529,7 @@ class Settings(BaseSettings):
 
     @field_validator("mcp_servers", mode="before")
     @classmethod
-    def _mcp_json(cls, value: Any) -> Any:
+    def _mcp_json(cls, value: object) -> dict[str, McpServerConfig]:
         return parse_mcp_servers(json_setting(value, '{"name": {"command": "...", "args": [...]} or {"url": "..."}}'))
 
     @property

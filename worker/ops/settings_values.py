@@ -4,7 +4,7 @@ entries, API tokens. Reads nothing from the environment (``worker.ops.settings``
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, field_validator
 
@@ -37,7 +37,7 @@ class ModelKeyEntry(BaseModel):
         return value
 
 
-def json_setting(value: Any, expected: str) -> Any:
+def json_setting(value: object, expected: str) -> object:
     """A JSON-valued setting, parsed here rather than by pydantic-settings, so that
     invalid JSON is a validation error naming the variable, not a traceback."""
     if not isinstance(value, str):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.util.types import AttributeValue
 from prometheus_client import CollectorRegistry
 
 from runtime.config import OpenAIModelConfig
@@ -45,14 +45,14 @@ def _s(from_ns: int, to_ns: int) -> float:
     return max(0, to_ns - from_ns) / 1e9
 
 
-def _number(value: Any) -> int | float | None:
+def _number(value: object) -> int | float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def request_attributes(config: Any) -> dict[str, Any]:
+def request_attributes(config: object) -> dict[str, AttributeValue]:
     """The GenAI request attributes of a model config, those it sets only (a plugin's
     config may have none of them)."""
-    found: dict[str, Any] = {}
+    found: dict[str, AttributeValue] = {}
     base_url = getattr(config, "base_url", None)
     if isinstance(base_url, str):
         try:
@@ -116,7 +116,7 @@ class RoundObservation:
         self._metrics.phase["claim"].observe(_s(started_ns, claimed_ns))
         self._labels = ("unknown", "unknown")
         self._model_name = "unknown"  # as the run names it: span attributes only, never a label
-        self._request: dict[str, Any] = {}
+        self._request: dict[str, AttributeValue] = {}
         self._model_ns = 0
         self._tools_s = 0.0
         self._commit_ns = 0
@@ -129,8 +129,9 @@ class RoundObservation:
 
     def _start_round(self, tracer: Tracer, started_ns: int, claimed_ns: int) -> None:
         c = self._claim
-        attributes: dict[str, Any] = {"run_id": str(c.run_id), "boundary_seq": c.boundary_seq, "claim_fence": c.fence,
-                      "attempt": c.attempt}
+        attributes: dict[str, AttributeValue] = {
+            "run_id": str(c.run_id), "boundary_seq": c.boundary_seq, "claim_fence": c.fence, "attempt": c.attempt
+        }
         # A round invokes the agent once (GenAI's invoke_agent, unnamed: runs have no agent
         # name); CONSUMER all the same, as it takes the task its submit span sent.
         self._round = tracer.start_span(
@@ -141,7 +142,7 @@ class RoundObservation:
         tracer.start_span("aidawork.claim", context=self._ctx, start_time=started_ns,
                           attributes=attributes).end(end_time=claimed_ns)
 
-    def using_model(self, provider: str, model: str, config: Any = None) -> None:
+    def using_model(self, provider: str, model: str, config: object = None) -> None:
         self._labels = self._metrics.labels.model(provider, model)
         self._model_name = model
         if self._round is not None:
@@ -202,7 +203,7 @@ class RoundObservation:
         label = UNKNOWN_TOOL if invocation.domain is None else self._metrics.labels.tool(name)
         self._metrics.tool_calls.labels(label, domain, str(invocation.status)).inc()
         if self._tracer is not None:
-            attributes: dict[str, Any] = {
+            attributes: dict[str, AttributeValue] = {
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
                 "gen_ai.tool.call.id": invocation.call.id,
                 "aidawork.tool.domain": domain, "aidawork.tool.status": str(invocation.status),

@@ -8,12 +8,13 @@ cannot run is refused before anything is stored or queued.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
 from pydantic import ValidationError
 
+from runtime.agents import apply_overrides, blamed_on_overrides
 from runtime.canonical import join_path, require_json
 from runtime.config import ScriptedModelConfig, TurnConfig
 from runtime.deps import OrchestratorDeps, Runtime, client_tool, compose_deps
@@ -22,13 +23,20 @@ from runtime.loop import InProcessRun, orchestrate
 from runtime.state import RunState
 from runtime.tools import ToolArgsInvalid
 from schema.wire import RunRequest
+from schema.wire.agents import AgentView
 from schema.wire.json import JsonMapping
+
+# Finds ``owner``'s saved agent by reference (``NAME`` or ``NAME@VERSION``), or raises
+# (the store's ``AgentNotFound``): the submit path passes the store's lookup.
+AgentLookup = Callable[[str, str], AgentView]
 
 
 @dataclass(frozen=True)
 class PreparedExecution:
     turn_config: TurnConfig
     deps: OrchestratorDeps
+    # The saved agent's NAME@VERSION when the request named one.
+    agent: str | None = None
 
 
 def format_loc(loc: Sequence[int | str], prefix: str = "") -> str:
@@ -125,11 +133,12 @@ def parse_request(raw: object) -> RunRequest:
     here, before pydantic (whose serializer stops at 255 levels) or a store sees it."""
     if isinstance(raw, RunRequest):
         # Its fields, not model_dump(): dumping a config nested too deep is what fails.
-        require_json({"owner": raw.owner, "input": raw.input, "config": raw.config}, "")
+        require_json({"owner": raw.owner, "input": raw.input, "config": raw.config, "overrides": raw.overrides}, "")
         return raw
     if not isinstance(raw, Mapping):
         raise RequestInvalid("request", f"must be a JSON object, not {_json_type(raw)}")
     fields = dict(raw)
+    _check_config_or_agent(fields)
     if isinstance(fields.get("root_id"), UUID):  # a Python caller may pass the id itself
         fields["root_id"] = str(fields["root_id"])
     require_json(fields, "")
@@ -139,6 +148,17 @@ def parse_request(raw: object) -> RunRequest:
         raise invalid_from(exc) from None
 
 
+def _check_config_or_agent(fields: Mapping[str, object]) -> None:
+    """The rule of ``RunRequest._config_or_agent``, with the field to name."""
+    config, agent = fields.get("config"), fields.get("agent")
+    if config is None and agent is None:
+        raise RequestInvalid("config", "required: send config, or agent (the name of a saved agent)")
+    if config is not None and agent is not None:
+        raise RequestInvalid("agent", "send config or agent, not both")
+    if fields.get("overrides") is not None and agent is None:
+        raise RequestInvalid("overrides", "only with agent (a run with its own config sends the whole config)")
+
+
 def _json_type(value: object) -> str:
     names = {type(None): "null", bool: "a boolean", str: "a string", list: "an array", tuple: "an array"}
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -146,10 +166,24 @@ def _json_type(value: object) -> str:
     return names.get(type(value), f"a {type(value).__name__}")
 
 
-def prepare_execution(runtime: Runtime, raw: Mapping[str, object] | RunRequest) -> tuple[RunRequest, PreparedExecution]:
-    """Validate a whole run request; returns it parsed, with the run's composed deps."""
+def prepare_execution(
+    runtime: Runtime, raw: Mapping[str, object] | RunRequest, agents: AgentLookup | None = None
+) -> tuple[RunRequest, PreparedExecution]:
+    """Validate a whole run request; returns it parsed, with the run's composed deps. A
+    request naming a saved agent is resolved through ``agents`` to the agent's config with
+    the request's overrides, then validated exactly like a config sent whole."""
     request = parse_request(raw)
-    return request, prepare_turn(runtime, request.config, request.owner)
+    if request.agent is None:
+        assert request.config is not None, "parse_request: config or agent"
+        return request, prepare_turn(runtime, request.config, request.owner)
+    if agents is None:
+        raise RequestInvalid("agent", "saved agents need the run store: submit through worker.client or the API")
+    agent = agents(request.owner, request.agent)
+    try:
+        prepared = prepare_turn(runtime, apply_overrides(agent, request.overrides), request.owner)
+    except RequestInvalid as exc:
+        raise blamed_on_overrides(exc, request.overrides) from None
+    return request, PreparedExecution(prepared.turn_config, prepared.deps, agent=agent.ref)
 
 
 def resolve_and_run(runtime: Runtime, raw: Mapping[str, object] | RunRequest) -> InProcessRun:

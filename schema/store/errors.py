@@ -38,6 +38,27 @@ class RunNotFound(AidaworkError):
         self.run_id = run_id
 
 
+class AgentNotFound(AidaworkError):
+    """A saved agent that does not exist for the owner: an unknown name or version, a
+    deleted agent, or another owner's (reported alike, so its existence does not leak)."""
+
+    code = ErrorCode.AGENT_NOT_FOUND
+
+    def __init__(self, owner: str, ref: str) -> None:
+        super().__init__(f"agent: no saved agent {ref!r} for owner {owner!r}")
+        self.owner = owner
+        self.ref = ref
+
+
+class AgentExists(AidaworkError):
+    code = ErrorCode.AGENT_EXISTS
+
+    def __init__(self, owner: str, name: str) -> None:
+        super().__init__(f"name: owner {owner!r} already has an agent {name!r}; update it to make a new version")
+        self.owner = owner
+        self.name = name
+
+
 class RootNotFound(AidaworkError):
     """A run request named a ``root_id`` that does not exist for its owner."""
 

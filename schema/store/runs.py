@@ -69,9 +69,9 @@ WHERE owner = :owner AND idempotency_key = :key AND created_at >= now() - make_i
 
 _INSERT_RUN_SQL = text(
     "INSERT INTO runs (id, root_id, root_seq, owner, status, input, config, event_seq, trace_context, "
-    "  webhook_url, idempotency_key, request_digest, root_policy, priority) "
+    "  webhook_url, idempotency_key, request_digest, root_policy, priority, agent) "
     "VALUES (:id, :root_id, :root_seq, :owner, 'queued', :input, CAST(:config AS jsonb), 1, "
-    "  :trace_context, :webhook_url, :idempotency_key, :request_digest, :root_policy, :priority) "
+    "  :trace_context, :webhook_url, :idempotency_key, :request_digest, :root_policy, :priority, :agent) "
     "ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
     f"RETURNING id, {weight_sql('runs')} AS weight"
 )
@@ -150,6 +150,7 @@ def submit_run_txn(
     *,
     request_digest: str | None = None,
     idempotency_ttl_s: int = DEFAULT_IDEMPOTENCY_TTL_S,
+    agent: str | None = None,
 ) -> Submitted:
     """``submit_run`` on ``conn``, without committing (``_KeyRaced``: roll back, run again)."""
     if request.idempotency_key is not None:
@@ -175,6 +176,7 @@ def submit_run_txn(
             "idempotency_key": request.idempotency_key,
             "request_digest": request_digest,
             "root_policy": request.root_policy.value,
+            "agent": agent,
         },
     ).one_or_none()
     if inserted is None:
@@ -201,6 +203,7 @@ def submit_run(
     *,
     request_digest: str | None = None,
     idempotency_ttl_s: int = DEFAULT_IDEMPOTENCY_TTL_S,
+    agent: str | None = None,
 ) -> Submitted:
     """Store a validated run (its Root, checkpoint and first event) in one transaction,
     applying its ``root_policy``; or, for an ``idempotency_key`` the owner used within
@@ -208,11 +211,13 @@ def submit_run(
     ``request_digest`` (the request's, without the key) is the same, else raise
     ``IdempotencyKeyReused``. ``RootBusy``: ``reject`` on a busy Root, nothing stored.
     The caller sends the first task only after this commits. ``trace_context``: the W3C
-    traceparent of the run's trace, which every claim of the run hands back."""
+    traceparent of the run's trace, which every claim of the run hands back. ``agent``:
+    the saved agent's NAME@VERSION the config was resolved from."""
 
     def txn(conn: Connection) -> Submitted:
         return submit_run_txn(
-            conn, request, config, trace_context, request_digest=request_digest, idempotency_ttl_s=idempotency_ttl_s
+            conn, request, config, trace_context, request_digest=request_digest,
+            idempotency_ttl_s=idempotency_ttl_s, agent=agent,
         )
 
     # The loser of a same-key race finds the winner's run on its second try.
@@ -356,7 +361,7 @@ def end_interrupted_run_txn(conn: Connection, run_id: UUID, fence: int) -> tuple
 _RUN_VIEW_SQL = (
     "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
     "calls.model_calls, calls.input_tokens, calls.output_tokens, calls.stale_model_calls, "
-    "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, "
+    "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, r.agent, "
     "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
     "FROM runs r CROSS JOIN LATERAL ("
     "  SELECT count(*) AS model_calls, coalesce(sum(mc.input_tokens), 0) AS input_tokens,"

@@ -1,6 +1,6 @@
 """The database schema as SQLAlchemy Core tables (one MetaData, ``base``), by concern:
 ``runs`` (roots, runs, workers, checkpoints, rebuilds), ``rounds`` (what rounds store, the
-event log, the model-call ledger, the webhook outbox), ``owners`` (limits and spend).
+event log, the model-call ledger, the webhook outbox), ``owners`` (limits and spend), ``agents`` (saved agents).
 
 Alembic migrations create it (``aidawork migrate``); a test proves that
 ``upgrade head`` equals these tables. Status columns carry CHECK constraints that mirror
@@ -9,6 +9,7 @@ the ``StrEnum``s in ``schema.wire`` and ``schema.wire.vocab``, and are built fro
 
 from __future__ import annotations
 
+from schema.tables.agents import agents
 from schema.tables.base import ACTIVE_STATUSES, metadata
 from schema.tables.owners import owner_spend, owners
 from schema.tables.rounds import (
@@ -46,6 +47,7 @@ __all__ = [
     "TOOL_DOMAINS",
     "TOOL_EXECUTION_STATUSES",
     "TOOL_STATUSES",
+    "agents",
     "local_reads",
     "messages",
     "metadata",

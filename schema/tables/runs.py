@@ -94,6 +94,8 @@ runs = Table(
     # Set while the run is parked in 'suspended' because its owner's token budget could not
     # take the next model call (schema.store.budgets): the window, the amounts, the estimate.
     Column("budget_wait", JSONB),
+    # The saved agent the run was made from, NAME@VERSION (NULL: the run sent its config).
+    Column("agent", Text),
     CheckConstraint(one_of("status", [s.value for s in RunStatus]), name="status"),
     CheckConstraint("priority BETWEEN 0 AND 9", name="priority"),
     CheckConstraint(one_of("root_policy", [p.value for p in RootPolicy]), name="root_policy"),

@@ -13,8 +13,9 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schema.wire.agents import AGENT_REF_PATTERN
 from schema.wire.json import JsonObjectField
 from schema.wire.route import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from schema.wire.vocab import WebhookStatus
@@ -67,12 +68,16 @@ class Webhook(_Wire):
 class RunRequest(_Wire):
     """What an upstream service submits. ``config`` is validated by
     ``runtime.prepare.prepare_execution`` (it knows the tools and providers); ``webhook``
-    by the submitting process (it knows the allowed URL prefixes)."""
+    by the submitting process (it knows the allowed URL prefixes). In place of ``config``,
+    ``agent`` names one of the owner's saved agents (``NAME`` for its latest version, or
+    ``NAME@VERSION``), with ``overrides`` limited to the paths the agent allows."""
 
     owner: str = Field(min_length=1, max_length=MAX_OWNER_CHARS, pattern=OWNER_PATTERN)
     root_id: UUID | None = None
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
-    config: JsonObjectField
+    config: JsonObjectField | None = None
+    agent: str | None = Field(default=None, pattern=AGENT_REF_PATTERN, max_length=80)
+    overrides: JsonObjectField | None = None
     webhook: Webhook | None = None
     # The same owner and key return the same run (schema.store.runs, submit_run_txn).
     idempotency_key: str | None = Field(
@@ -82,6 +87,14 @@ class RunRequest(_Wire):
     # Orders the run's rounds within its owner's share of the fleet: 9 the most urgent,
     # 0 the least (runtime.shares).
     priority: int = Field(default=DEFAULT_PRIORITY, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+
+    @model_validator(mode="after")
+    def _config_or_agent(self) -> RunRequest:
+        if (self.config is None) == (self.agent is None):
+            raise ValueError("send config or agent (a saved agent's name), exactly one of them")
+        if self.overrides is not None and self.agent is None:
+            raise ValueError("overrides: only with agent (a plain run sends its whole config)")
+        return self
 
 
 class RoundTask(_Wire):
@@ -224,6 +237,8 @@ class RunView(_Wire):
     # Calls paid for by a holder that had lost its claim (the round could not commit).
     stale_model_calls: int = 0
     rebuilds: int = 0
+    # The saved agent the run was made from, as NAME@VERSION (None: a run with its own config).
+    agent: str | None = None
     output: str | None
     error_code: str | None
     error_message: str | None

@@ -86,6 +86,16 @@ class ErrorCode(StrEnum):
         "There is no such Root for this owner (HTTP 422 when a submission's root_id names it).",
         False, 404, _EXIT_INPUT,
     )
+    AGENT_NOT_FOUND = (
+        "AGENT_NOT_FOUND",
+        "This owner has no saved agent of that name (or not that version, or it was deleted).",
+        False, 404, _EXIT_INPUT,
+    )
+    AGENT_EXISTS = (
+        "AGENT_EXISTS",
+        "This owner already has a saved agent of that name: update it to make a new version.",
+        False, 409, _EXIT_INPUT,
+    )
     IDEMPOTENCY_KEY_REUSED = (
         "IDEMPOTENCY_KEY_REUSED",
         "This owner already used the idempotency key, within its time to live, for a different request.",

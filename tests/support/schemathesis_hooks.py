@@ -15,9 +15,16 @@ changing nothing the schema says:
   accept, but the case would then never reach the run's own rules; ``root_id`` is left
   out (a generated UUID names no Root of this owner);
 - the ``Idempotency-Key`` header and the body's ``idempotency_key``, when both are sent,
-  are equal (the body's key is set to the header's).
+  are equal (the body's key is set to the header's);
+- a run that names a saved agent names one that exists (``FUZZ_AGENT``, which the test
+  saves first), without overrides (the agent allows none);
+- a saved agent's config keeps the tool rules above, as a run's does.
 
-Negative cases are sent as generated: the API must refuse each.
+Negative cases are sent as generated (the API must refuse each), but for one thing: a
+client tool's ``parameters``, of which the document describes only the common subset
+(the API takes any valid JSON Schema there, ``true`` as a property's schema included), is
+dropped from every generated client tool, so that no case depends on what lies outside
+that subset. The unit tests of ``check_parameters_schema`` cover what it accepts.
 """
 
 from __future__ import annotations
@@ -28,16 +35,29 @@ import schemathesis
 from schemathesis import Case, HookContext
 
 TOKEN_OWNER = "team-a"  # tests.support.api: TOKEN_A's owner
+FUZZ_AGENT = "fuzz-agent"  # saved for TOKEN_OWNER by tests/e2e/test_openapi_fuzz.py
 
 
 @schemathesis.hook
 def before_call(context: HookContext, case: Case, kwargs: dict[str, Any]) -> None:
     meta = case.meta
+    if not isinstance(case.body, dict):
+        return
+    drop_client_tool_parameters(case.body)
     if meta is None or not meta.generation.mode.is_positive:
         return
-    if (case.method.upper(), case.path) != ("POST", "/v1/runs") or not isinstance(case.body, dict):
+    if any(component.mode.is_negative for component in meta.components.values()):
+        return
+    if (case.method.upper(), case.path) in (("POST", "/v1/agents"), ("PATCH", "/v1/agents/{name}")):
+        if isinstance(case.body.get("config"), dict):
+            keep_tool_rules(case.body["config"], server_tools=server_tool_names(case))
+        return
+    if (case.method.upper(), case.path) != ("POST", "/v1/runs"):
         return
     body = case.body
+    if "agent" in body:
+        body["agent"] = FUZZ_AGENT
+        body.pop("overrides", None)
     body.pop("root_id", None)
     header_key = (case.headers or {}).get("Idempotency-Key")
     if header_key is not None and body.get("idempotency_key") is not None:
@@ -47,6 +67,14 @@ def before_call(context: HookContext, case: Case, kwargs: dict[str, Any]) -> Non
     config = body.get("config")
     if isinstance(config, dict):
         keep_tool_rules(config, server_tools=server_tool_names(case))
+
+
+def drop_client_tool_parameters(body: dict[str, Any]) -> None:
+    config = body.get("config")
+    tools = config.get("client_tools") if isinstance(config, dict) else None
+    for spec in tools if isinstance(tools, list) else []:
+        if isinstance(spec, dict):
+            spec.pop("parameters", None)
 
 
 def server_tool_names(case: Case) -> set[str]:

@@ -41,7 +41,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worker.api import errors, inspection, openapi, ui
+from worker.api import agents, errors, inspection, openapi, ui
 from worker.api.auth import TokenTable
 from worker.api.deps import ApiState
 from worker.api.errors import error_response
@@ -111,6 +111,7 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     )
     app.state.aidawork = state
     app.include_router(router)
+    app.include_router(agents.router)
     app.include_router(inspection.router)
     app.include_router(ui.router)
     openapi.install(app, settings)

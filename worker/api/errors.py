@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
 from runtime.errors import AidaworkError, RequestInvalid
 from runtime.prepare import format_loc
-from schema.store.errors import IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
+from schema.store.errors import AgentExists, AgentNotFound, IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused
 from schema.wire.errors import ErrorCode
 from worker.api.limits import BodyRefused
@@ -104,6 +104,8 @@ STATUS_OF: Mapping[type[AidaworkError], tuple[int, str | None]] = {
     RequestInvalid: (422, None),  # field from the error itself
     RunNotFound: (404, "run_id"),
     RootNotFound: (404, "root_id"),
+    AgentNotFound: (404, "agent"),
+    AgentExists: (409, "name"),
     DeliveryRefused: (409, None),
     IdempotencyKeyReused: (409, "idempotency_key"),
     RootBusy: (409, "root_policy"),

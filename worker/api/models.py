@@ -4,11 +4,12 @@ shares with the Python client): frozen, and a field nobody declared is refused."
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
+from runtime.config import TurnConfig
 from schema.wire import (
     IDEMPOTENCY_KEY_PATTERN,
     MAX_IDEMPOTENCY_KEY_CHARS,
@@ -19,9 +20,26 @@ from schema.wire import (
     RootRunView,
     Webhook,
 )
+from schema.wire.agents import (
+    AGENT_NAME_PATTERN,
+    AGENT_REF_PATTERN,
+    MAX_AGENT_DESCRIPTION_CHARS,
+    MAX_OVERRIDABLE,
+    AgentView,
+)
 from schema.wire.json import JsonField, JsonObjectField
 from schema.wire.route import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 from worker.client import MAX_REASON_CHARS
+
+
+def _not_a_boolean(value: object) -> object:
+    # pydantic's lax int takes true/false as 1/0; JSON Schema's integer does not.
+    if isinstance(value, bool):
+        raise ValueError("must be a whole number, not a boolean")
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_not_a_boolean)]
 
 
 class _Body(BaseModel):
@@ -40,7 +58,16 @@ class RunSubmission(_Body):
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     # Validated by runtime.prepare (it knows the providers and tools); the document shows
     # its real schema, TurnConfig (worker.api.openapi).
-    config: JsonObjectField
+    config: JsonObjectField | None = None
+    agent: str | None = Field(
+        default=None, max_length=80, pattern=AGENT_REF_PATTERN,
+        description="in place of config: one of this owner's saved agents, NAME (its latest version) or NAME@VERSION",
+    )
+    overrides: JsonObjectField | None = Field(
+        default=None,
+        description="with agent only: values merged into the agent's config, each under one of the agent's "
+        "overridable paths",
+    )
     webhook: Webhook | None = Field(
         default=None,
         description="POST the run's run_completed / run_failed / run_cancelled / run_suspended events here, "
@@ -60,12 +87,47 @@ class RunSubmission(_Body):
         description="when the Root has an active run: enqueue (wait for it), reject (409 ROOT_BUSY, nothing stored), "
         "interrupt (cancel it, keep its messages), rollback (cancel it, drop its messages)",
     )
-    priority: int = Field(
+    priority: WholeNumber = Field(
         default=DEFAULT_PRIORITY,
         ge=MIN_PRIORITY,
         le=MAX_PRIORITY,
         description="orders the run's rounds within its owner's share of the fleet: 9 the most urgent, 0 the least",
     )
+
+
+# A dotted path under one of the config's fields: what ``worker.client.agents`` accepts.
+OverridePath = Annotated[str, Field(pattern=rf"^({'|'.join(TurnConfig.model_fields)})(\.[a-z_]+)*$")]
+_OVERRIDABLE = "dotted config paths a run's overrides may set (system_prompt, model.temperature, policy)"
+
+
+class AgentCreation(_Body):
+    """A new saved agent: version 1 of ``name``."""
+
+    name: str = Field(pattern=AGENT_NAME_PATTERN, description="a letter, then up to 63 letters, digits, _ or -")
+    description: str = Field(default="", max_length=MAX_AGENT_DESCRIPTION_CHARS)
+    # The document shows TurnConfig (worker.api.openapi), as for a run's config.
+    config: JsonObjectField
+    overridable: list[OverridePath] = Field(default_factory=list, max_length=MAX_OVERRIDABLE, description=_OVERRIDABLE)
+
+
+class AgentUpdate(_Body):
+    """The fields to change (at least one); the others are kept from the latest version.
+    A field sent as null is not a change: the document allows no null here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"minProperties": 1})
+
+    description: str | None = Field(default=None, max_length=MAX_AGENT_DESCRIPTION_CHARS)
+    config: JsonObjectField | None = None
+    overridable: list[OverridePath] | None = Field(default=None, max_length=MAX_OVERRIDABLE, description=_OVERRIDABLE)
+
+
+class AgentList(_Body):
+    agents: list[AgentView] = Field(description="the latest version of each of this owner's agents, by name")
+
+
+class AgentDeleted(_Body):
+    name: str
+    deleted_versions: int
 
 
 class Delivery(_Body):

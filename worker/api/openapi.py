@@ -241,8 +241,21 @@ def _add_turn_config(schemas: JsonObject, settings: Settings) -> None:
     _at(schemas, "RunSubmission", "properties")["config"] = {
         "$ref": REF.format(model="TurnConfig"),
         "description": "what the run asks for (runtime.config.TurnConfig); each scripted tool call names a tool "
-        "enabled in tools or client_tools, and client tool names are distinct",
+        "enabled in tools or client_tools, and client tool names are distinct. Send config or agent, not both",
     }
+    # config or agent, exactly one; overrides only with agent (runtime.prepare says the same).
+    submission = _at(schemas, "RunSubmission")
+    submission["oneOf"] = [
+        {"required": ["config"], "not": {"anyOf": [{"required": ["agent"]}, {"required": ["overrides"]}]}},
+        {"required": ["agent"], "not": {"required": ["config"]}},
+    ]
+    agent_config: JsonObject = {
+        "$ref": REF.format(model="TurnConfig"), "description": "the agent's run config, checked as a run's"
+    }
+    _at(schemas, "AgentCreation", "properties")["config"] = agent_config
+    update, creation = _at(schemas, "AgentUpdate", "properties"), _at(schemas, "AgentCreation", "properties")
+    update.update({"config": agent_config, "description": creation["description"],
+                   "overridable": creation["overridable"]})
     tools = [*BUILTIN_TOOLS, *plugins.tools]
     open_names = bool(settings.mcp_servers)  # MCP tools are named at run time
     _tool_names(config, schemas, tools, open_names)

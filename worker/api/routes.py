@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from runtime.prepare import parse_request
 from schema.store import owners as owner_store
-from schema.store.errors import RootNotFound
+from schema.store.errors import AgentNotFound, RootNotFound
 from schema.store.owners import TailKey
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS, RunView
@@ -87,10 +87,14 @@ def submit_run(
             "idempotency_key: differs from the Idempotency-Key header; send one, or both equal",
             "idempotency_key",
         )
+    for field in ("config", "agent", "overrides"):
+        if field in body.model_fields_set and getattr(body, field) is None:  # the document allows no null
+            raise ApiError(422, ErrorCode.REQUEST_INVALID, f"{field}: omit it rather than send null", field)
     # The fields as sent, not model_dump() (a config nested too deep fails to dump), and
     # checked before the store is touched; client.submit then validates the config.
     request = parse_request(
         {"owner": owner, "root_id": body.root_id, "input": body.input, "config": body.config,
+         "agent": body.agent, "overrides": body.overrides,
          "webhook": None if body.webhook is None else body.webhook.model_dump(),
          "idempotency_key": idempotency_key or body.idempotency_key, "root_policy": body.root_policy.value,
          "priority": body.priority}
@@ -99,6 +103,8 @@ def submit_run(
         submitted = client.submit(request, ctx=state.context())
     except RootNotFound as exc:  # a field of this request, not the resource addressed
         raise ApiError(422, catalogued(exc.code), exc.message, "root_id") from None
+    except AgentNotFound as exc:
+        raise ApiError(422, catalogued(exc.code), exc.message, "agent") from None
     response.headers["Location"] = f"/v1/runs/{submitted.run_id}"
     if submitted.existing:
         response.status_code = 200

@@ -28,16 +28,15 @@ import typer
 from sqlalchemy.exc import OperationalError
 from typer._click.exceptions import UsageError
 
-from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
 from runtime.errors import AidaworkError, RequestInvalid
 from runtime.plugins import PluginError, process_plugins
-from schema.store.errors import IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
+from schema.store.errors import AgentExists, AgentNotFound, IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RootPolicy
-from schema.wire.json import JsonValue
 from schema.wire.route import MAX_PRIORITY, MIN_PRIORITY
-from worker.cli import owner
+from worker.cli import agent, owner
 from worker.cli.commands import Parsed, RunId, ToolCallId, command, commands
+from worker.cli.inputs import InputError, parse_json, read_json
 from worker.cli.owner import OwnerInputError
 from worker.cli.run_view import cmd_status, cmd_watch
 from worker.engine.processes import (
@@ -58,13 +57,9 @@ EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
 PROCESS_COMMANDS = frozenset({"migrate", "worker", "beat", "flower", "api", "webhooks"})
 CLIENT_COMMANDS = frozenset(
     {"submit", "status", "watch", "cancel", "deliver", "resolve", "tool-result", "retry-tool", "approve", "reject"}
-) | {"owner"}
+) | {"owner", "agent"}
 # The processes that sign or verify round proofs: they refuse to start without the secret.
 SECRET_COMMANDS = frozenset({"worker", "beat", "api"})
-
-
-class InputError(Exception):
-    """Bad input on the command line (exit code 2)."""
 
 
 _command: str | None = None  # the command main() runs: how _err reports
@@ -75,32 +70,6 @@ def _err(message: str, code: int) -> int:
         return refuse_start(_command, message, code)
     print(f"aidawork: error: {message}", file=sys.stderr)
     return code
-
-
-def parse_json(text: str, what: str) -> JsonValue:
-    """``json.loads``, with each way it can fail as an ``InputError`` naming ``what``."""
-    try:
-        value: JsonValue = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:  # json.loads recurses per level: far deeper than allowed
-        raise InputError(f"{what}: {TOO_DEEP}") from None
-    except ValueError as exc:  # CPython's 4300-digit limit on int conversion
-        reason = TOO_MANY_DIGITS if "digits" in str(exc) else "cannot be parsed as JSON"
-        raise InputError(f"{what}: {reason}") from None
-    return value
-
-
-def _read_request(source: str) -> JsonValue:
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read {source}: {exc.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{source} is not UTF-8 text") from None
-    return parse_json(text, "the request")
 
 
 app = commands("AIDAWORK: durable LLM agent runs.", add_completion=True)
@@ -180,7 +149,7 @@ def cmd_submit(
     from worker import client
 
     try:
-        raw = _read_request(file)
+        raw = read_json(file, "the request")
     except InputError as exc:
         return _err(str(exc), EXIT_INPUT)
     if not isinstance(raw, dict):
@@ -194,7 +163,7 @@ def cmd_submit(
         raw = {**raw, "priority": priority}
     try:
         submitted = client.submit(raw)
-    except (RequestInvalid, RootNotFound) as exc:
+    except (RequestInvalid, RootNotFound, AgentNotFound) as exc:
         return _err(f"invalid request: {exc.message}", EXIT_INPUT)
     except (IdempotencyKeyReused, RootBusy) as exc:
         return _err(f"refused ({exc.code}): {exc.message}", EXIT_INPUT)
@@ -361,6 +330,7 @@ def cmd_prune(
 
 
 app.add_typer(owner.app, name="owner")
+app.add_typer(agent.app, name="agent")
 
 
 # --- running a command --------------------------------------------------------------------
@@ -423,13 +393,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _err(str(exc), EXIT_INPUT)
     except PluginError as exc:
         return _err(f"{exc.code}: {exc.message} (AIDAWORK_PLUGINS or an aidawork.plugins entry point)", EXIT_INPUT)
-    except (RunNotFound, DeliveryRefused) as exc:
+    except (RunNotFound, DeliveryRefused, AgentNotFound) as exc:
         return _err(exc.message, EXIT_INPUT)
-    except RequestInvalid as exc:  # a delivery or prerequisite no store can hold
+    except (RequestInvalid, AgentExists) as exc:  # e.g. a delivery or prerequisite no store can hold
         return _err(f"{exc.code}: {exc.message}", EXIT_INPUT)
-    except InputError as exc:
-        return _err(str(exc), EXIT_INPUT)
-    except OwnerInputError as exc:
+    except (InputError, OwnerInputError) as exc:
         return _err(str(exc), EXIT_INPUT)
     except AidaworkError as exc:
         return _err(f"{exc.code}: {exc.message}", EXIT_ERROR)

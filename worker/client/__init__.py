@@ -29,6 +29,7 @@ from runtime.deps import client_tool
 from runtime.errors import RequestInvalid
 from runtime.prepare import format_loc, parse_turn_config, prepare_execution
 from runtime.tools import Tool, ToolArgsInvalid
+from schema.store import agents as agent_store
 from schema.store import answers as answer_store
 from schema.store import budgets as budget_store
 from schema.store import events as event_store
@@ -41,9 +42,11 @@ from schema.store.errors import RootBusy as RootBusy
 from schema.store.runs import Submitted
 from schema.store.suspensions import Receipt
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
+from schema.wire.agents import AgentView
 from schema.wire.json import JsonMapping, JsonObject, JsonValue
 from schema.wire.owners import OwnerLimits, OwnerLimitsChange, check_owner_name
 from schema.wire.vocab import ToolAnswerKind
+from worker.client.agents import changed_spec, check_agent_name, checked_spec
 from worker.client.checks import MAX_REASON_CHARS as MAX_REASON_CHARS
 from worker.client.checks import check_approval as check_approval
 from worker.client.checks import check_delivery as check_delivery
@@ -77,7 +80,10 @@ def submit(request: Mapping[str, object] | RunRequest, *, ctx: ClientContext | N
     active run raises ``RootBusy``; ``interrupt`` / ``rollback`` cancel it
     (``interrupted``)."""
     ctx = ctx or get_client_context()
-    parsed, prepared = prepare_execution(ctx.runtime, request)
+    engine = ctx.engine
+    parsed, prepared = prepare_execution(
+        ctx.runtime, request, lambda owner, ref: agent_store.get_agent(engine, owner, ref)
+    )
     if parsed.webhook is not None:
         check_webhook_url(parsed.webhook.url, ctx.settings.webhook_prefixes)
     # The submitting process starts the run's trace (None: tracing is off); its rounds join
@@ -91,6 +97,7 @@ def submit(request: Mapping[str, object] | RunRequest, *, ctx: ClientContext | N
             traceparent(span),
             request_digest=None if parsed.idempotency_key is None else request_digest(parsed),
             idempotency_ttl_s=ctx.settings.idempotency_ttl_s,
+            agent=prepared.agent,
         )
         if span is not None:
             span.set_attribute("run_id", str(submitted.run_id))
@@ -109,6 +116,41 @@ def submit(request: Mapping[str, object] | RunRequest, *, ctx: ClientContext | N
         if span is not None:
             span.end()
     return submitted
+
+
+def create_agent(owner: str, name: str, spec: Mapping[str, object], *, ctx: ClientContext | None = None) -> AgentView:
+    """Save version 1 of agent ``name`` for ``owner``: ``spec`` is ``{"config", "description"?,
+    "overridable"?}``, its config checked like a run's. ``AgentExists`` if the name is taken;
+    ``RequestInvalid`` naming the field for a bad spec (nothing stored)."""
+    ctx = ctx or get_client_context()
+    check_owner_name(owner)
+    return agent_store.create_agent(ctx.engine, owner, check_agent_name(name), checked_spec(ctx, owner, spec))
+
+
+def update_agent(owner: str, name: str, change: Mapping[str, object], *, ctx: ClientContext | None = None) -> AgentView:
+    """Save the next version of ``owner``'s agent ``name``: the latest version with the
+    fields ``change`` sends (``description``, ``config``, ``overridable``), checked whole.
+    Versions before it stay as they were. ``AgentNotFound`` if there is no such agent."""
+    ctx = ctx or get_client_context()
+    latest = agent_store.get_agent(ctx.engine, owner, check_agent_name(name))
+    return agent_store.update_agent(ctx.engine, owner, name, checked_spec(ctx, owner, changed_spec(latest, change)))
+
+
+def get_agent(owner: str, ref: str, *, ctx: ClientContext | None = None) -> AgentView:
+    """``owner``'s agent: ``NAME`` (its latest version) or ``NAME@VERSION``;
+    ``AgentNotFound`` for an unknown, deleted or another owner's agent."""
+    return agent_store.get_agent((ctx or get_client_context()).engine, owner, ref)
+
+
+def list_agents(owner: str, *, ctx: ClientContext | None = None) -> list[AgentView]:
+    """The latest version of each of ``owner``'s agents, by name."""
+    return agent_store.list_agents((ctx or get_client_context()).engine, owner)
+
+
+def delete_agent(owner: str, name: str, *, ctx: ClientContext | None = None) -> int:
+    """Delete every version of ``owner``'s agent ``name`` (a run may no longer name it;
+    runs made from it keep their record); the number of versions deleted."""
+    return agent_store.delete_agent((ctx or get_client_context()).engine, owner, check_agent_name(name))
 
 
 def request_digest(request: RunRequest) -> str:

@@ -1,6 +1,7 @@
 """``StorePort``: the store operations the worker shell uses (``worker.engine.round``,
 ``worker.engine.resume``, ``worker.engine.rebuild``, ``worker.engine.reconcile`` and
-``worker.ops.celery_app.send_or_defer``), as one ``typing.Protocol``.
+``worker.ops.celery_app.send_or_defer``; and ``worker.api.a2a``, for a run's webhook),
+as one ``typing.Protocol``.
 
 Two implementations: ``schema.store.store.Store`` (PostgreSQL, each operation a ``_txn``
 helper run in a transaction) and ``tests.support.memory_store.InMemoryStore`` (the unit
@@ -106,6 +107,15 @@ class StorePort(Protocol):
 
     def load_suspension(self, invocation_id: str) -> SuspensionMaterial | None:
         """The suspended round holding the suspended call ``invocation_id``."""
+
+    # --- a run's webhook (schema.store.webhooks) -----------------------------------------------
+
+    def set_webhook(self, run_id: UUID, owner: str, url: str | None) -> bool:
+        """Set (None: clear) the webhook URL of ``owner``'s run; False when it is not
+        theirs or (setting) has ended."""
+
+    def read_webhook_url(self, run_id: UUID, owner: str) -> str | None:
+        """The webhook URL of ``owner``'s run, if it has one."""
 
     # --- context rebuilds (schema.store.rebuilds) --------------------------------------------------
 

@@ -18,7 +18,19 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from schema.store import budgets, claims, effects, leases, rebuilds, resumes, rounds, routes, runs, suspensions
+from schema.store import (
+    budgets,
+    claims,
+    effects,
+    leases,
+    rebuilds,
+    resumes,
+    rounds,
+    routes,
+    runs,
+    suspensions,
+    webhooks,
+)
 from schema.store.port import StorePort
 from schema.store.tx import run_transaction
 
@@ -92,6 +104,9 @@ class Store:
     load_suspension = transaction(
         resumes.load_suspension_txn, name="load_suspension", isolation_level="REPEATABLE READ"
     )
+    # --- a run's webhook (set after submit: an A2A push config) -----------------------------
+    set_webhook = transaction(webhooks.set_webhook_txn, name="set_webhook")
+    read_webhook_url = read(webhooks.read_webhook_url_txn)
     # --- context rebuilds -----------------------------------------------------------------
     reserve_model_rebuild = transaction(rebuilds.reserve_model_rebuild_txn, name="reserve_model_rebuild")
     load_context_sources = read(rebuilds.load_context_sources_txn)

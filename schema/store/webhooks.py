@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, TextClause, text
 
 from schema.store.bodies import event_data_sql
 from schema.store.tx import run_transaction
-from schema.wire import RunEvent, WebhookDeliveryView
+from schema.wire import TERMINAL_STATUSES, RunEvent, WebhookDeliveryView
 from schema.wire.vocab import WebhookStatus
 
 NOTIFY_CHANNEL = "aidawork_webhooks"
@@ -154,6 +154,40 @@ def deliveries_of(conn: Connection, run_id: UUID) -> list[WebhookDeliveryView]:
     """The run's webhook deliveries, oldest first (``conn``: an open Connection)."""
     rows = conn.execute(_DELIVERIES_SQL, {"run_id": run_id})
     return [WebhookDeliveryView.model_validate(dict(r._mapping)) for r in rows]
+
+
+# A URL is set only on a run that has not ended (no event is left to send it); it may be
+# cleared at any time, and clearing it fails what is still pending for it, since the
+# claim would join a run with no URL to send it to.
+_ENDED = ", ".join(f"'{status.value}'" for status in sorted(TERMINAL_STATUSES))
+_SET_WEBHOOK_SQL = text(
+    "UPDATE runs SET webhook_url = CAST(:url AS text) WHERE id = :run_id AND owner = :owner "
+    f"AND (CAST(:url AS text) IS NULL OR status NOT IN ({_ENDED})) RETURNING id"
+)
+_DROP_PENDING_SQL = text(
+    "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = 'webhook removed' "
+    "WHERE run_id = :run_id AND status = 'pending'"
+)
+_WEBHOOK_URL_SQL = text("SELECT webhook_url FROM runs WHERE id = :run_id AND owner = :owner")
+
+
+def set_webhook_txn(conn: Connection, run_id: UUID, owner: str, url: str | None) -> bool:
+    """Set (or, with ``url`` None, clear) the webhook of ``owner``'s run; the caller has
+    checked the URL (``check_webhook_url``). False: no such run of this owner, or (setting)
+    it has ended."""
+    params = {"run_id": run_id, "owner": owner, "url": url}
+    if conn.execute(_SET_WEBHOOK_SQL, params).one_or_none() is None:
+        return False
+    if url is None:
+        conn.execute(_DROP_PENDING_SQL, {"run_id": run_id})
+    return True
+
+
+def read_webhook_url_txn(conn: Connection, run_id: UUID, owner: str) -> str | None:
+    """The webhook URL of ``owner``'s run (None: it has none, or it is not theirs). A secret:
+    only its owner is shown it, and it is never logged."""
+    url: str | None = conn.execute(_WEBHOOK_URL_SQL, {"run_id": run_id, "owner": owner}).scalar_one_or_none()
+    return url
 
 
 class OutboxListener:

@@ -260,6 +260,11 @@ def test_the_openapi_document_lists_the_endpoints(api: ApiServer) -> None:
         ("/v1/runs", "get"),
         ("/v1/runs/{run_id}/rounds", "get"),
         ("/v1/runs/{run_id}/stream-token", "post"),
+        ("/v1/agents", "post"),
+        ("/v1/agents", "get"),
+        ("/v1/agents/{name}", "get"),
+        ("/v1/agents/{name}", "patch"),
+        ("/v1/agents/{name}", "delete"),
     }
     # The inspector's reads are described by their response models.
     for path, model in [("/v1/runs", "RunList"), ("/v1/runs/{run_id}/rounds", "RunRounds")]:
@@ -269,4 +274,6 @@ def test_the_openapi_document_lists_the_endpoints(api: ApiServer) -> None:
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert "text/event-stream" in spec["paths"]["/v1/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]
     submission = spec["components"]["schemas"]["RunSubmission"]
-    assert set(submission["required"]) == {"input", "config"}
+    assert set(submission["required"]) == {"input"}
+    # A run names a config or a saved agent, exactly one.
+    assert [sorted(branch["required"]) for branch in submission["oneOf"]] == [["config"], ["agent"]]

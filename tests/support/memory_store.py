@@ -65,6 +65,7 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
         self.budgets: dict[str, dict[str, Any]] = {}  # owner -> budget and its one window's spend
         self.calls: list[str] = []  # every Store method called, in order (fakes record their calls)
         self.weights: dict[str, int] = {}  # owners.weight, for the owners that have a row
+        self.webhook_urls: dict[UUID, str] = {}  # runs.webhook_url, for the runs that have one
 
     # --- setting a scene ------------------------------------------------------------------
 
@@ -458,6 +459,26 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
             run = self.runs.get(run_id)
             if run is not None and run.status in ACTIVE:
                 run.dispatched_at = float("-inf")
+
+    # --- a run's webhook --------------------------------------------------------------------
+
+    def set_webhook(self, run_id: UUID, owner: str, url: str | None) -> bool:
+        with self._lock:
+            self.calls.append("set_webhook")
+            run = self.runs.get(run_id)
+            if run is None or run.owner != owner or (url is not None and run.status not in ACTIVE):
+                return False
+            if url is None:
+                self.webhook_urls.pop(run_id, None)
+            else:
+                self.webhook_urls[run_id] = url
+            return True
+
+    def read_webhook_url(self, run_id: UUID, owner: str) -> str | None:
+        with self._lock:
+            self.calls.append("read_webhook_url")
+            run = self.runs.get(run_id)
+            return None if run is None or run.owner != owner else self.webhook_urls.get(run_id)
 
 
 def _conforms(store: InMemoryStore) -> StorePort:

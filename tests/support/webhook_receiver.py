@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.support.cluster import cli
+from worker import client
+
 
 @dataclass(frozen=True)
 class Received:
@@ -31,6 +34,18 @@ class LoopbackReceiver:
     def bodies(self, path: str) -> list[Any]:
         """The JSON bodies POSTed to paths under ``path``, in arrival order."""
         return [json.loads(g.body) for g in self.got if g.path.startswith(path)]
+
+    def assert_signed_by(self, db_url: str, owner: str, master_secret: str) -> str:
+        """Every delivery verifies with ``owner``'s secret as ``aidawork owner webhook-secret``
+        prints it, and not once its body changed; that secret."""
+        env = {"AIDAWORK_WEBHOOK_SECRET": master_secret}
+        printed = cli(db_url, "owner", "webhook-secret", owner, "--json", env=env)
+        assert printed.returncode == 0, printed.stderr
+        secret: str = json.loads(printed.stdout)["secret"]
+        for got in self.got:
+            assert client.verify_webhook(got.body, got.headers["AIDAWORK-Signature"], secret)
+            assert not client.verify_webhook(got.body + b" ", got.headers["AIDAWORK-Signature"], secret)
+        return secret
 
 
 @contextmanager

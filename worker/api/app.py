@@ -27,6 +27,8 @@
 - ``/ui`` is the run inspector (``worker.api.ui``); a browser's event stream shows a
   stream token in ``?stream_token=`` (``worker.api.stream_tokens``). Browsers of other
   origins may call the API when AIDAWORK_API_CORS_ORIGINS names them (off when unset).
+- ``/mcp`` is an MCP server (streamable HTTP, stateless): the token owner's saved agents
+  as tools, a call as a durable run (``worker.api.mcp``).
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worker.api import agents, errors, inspection, openapi, ui
+from worker.api import a2a, agents, errors, inspection, openapi, ui
 from worker.api.auth import TokenTable
 from worker.api.deps import ApiState
 from worker.api.errors import error_response
 from worker.api.limits import BodyLimit
+from worker.api.mcp import McpService
 from worker.api.observe import RequestSpans, install_metrics
 from worker.api.routes import router
 from worker.client.context import ClientContext, get_client_context
@@ -90,10 +93,12 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     (default: this process's client context, built from the environment on first use)."""
     settings = settings or get_settings()
     state = ApiState(settings, TokenTable(settings.api_token_owners), context or get_client_context)
+    mcp = McpService(state)  # /mcp: the saved agents as MCP tools
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with mcp.running():  # the MCP session manager's task group
+            yield
         await state.hub.close()
         await state.deltas.close()
 
@@ -112,8 +117,10 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     app.state.aidawork = state
     app.include_router(router)
     app.include_router(agents.router)
+    app.include_router(a2a.router)  # /a2a/{agent}: each saved agent's A2A server
     app.include_router(inspection.router)
     app.include_router(ui.router)
+    app.router.routes.append(mcp.route())
     openapi.install(app, settings)
     errors.install(app)
     app.add_middleware(
@@ -121,7 +128,7 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
         max_bytes=settings.api_max_body_bytes,
         timeout_s=settings.api_body_timeout_s,
         min_bytes_per_s=settings.api_body_min_bytes_per_s,
-        refuse=error_response,
+        refuse=a2a.body_refusals(error_response),  # a JSON-RPC error for a JSON-RPC call
     )
     tracer = process_tracing(settings, "aidawork-api").tracer
     if tracer is not None:

@@ -43,7 +43,8 @@ def seen_by(stored: Sequence[RootMessage], run_id: UUID, boundary_seq: int) -> l
     """The stored messages in round ``boundary_seq``'s context: those of the Root's
     earlier runs, and this run's from rounds before it; round 0 also saw the run's input
     (the run's first message), which it appended itself."""
-    first = next((m.message.position for m in stored if m.run_id == run_id), None)
+    # A fork's copies of its parent's Root's earlier runs are its own, at boundary -1.
+    first = next((m.message.position for m in stored if m.run_id == run_id and m.boundary_seq >= 0), None)
     return [
         m.message
         for m in stored

@@ -63,6 +63,12 @@ class HttpModel(Generic[ConfigT]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self._config.name!r}, base_url={self._config.base_url!r})"
 
+    @property
+    def key_missing(self) -> str | None:
+        """Why this run's calls would have no key here (a default key not configured), or
+        None: every call would fail with it (the deploy gate reports it before)."""
+        return self._key.missing
+
     def headers(self, token: str | None) -> dict[str, object]:
         """The client's headers, the key's among them (``Omit()``: remove the SDK's)."""
         raise NotImplementedError

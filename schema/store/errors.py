@@ -94,3 +94,16 @@ class RootBusy(AidaworkError):
         super().__init__(f"root_id: Root {root_id} has an active run {run_id} (root_policy: reject)")
         self.root_id = root_id
         self.run_id = run_id
+
+
+class ForkRefused(AidaworkError):
+    """A fork that cannot be made as asked (``schema.store.forks``): a round out of the
+    parent's committed range, or an edit that names no call of the fork point's round.
+    ``field`` names what was refused; nothing was stored."""
+
+    code = ErrorCode.REQUEST_INVALID
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = message

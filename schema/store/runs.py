@@ -362,6 +362,7 @@ _RUN_VIEW_SQL = (
     "SELECT r.id AS run_id, r.root_id, r.owner, r.status, r.boundary_seq AS rounds, "
     "calls.model_calls, calls.input_tokens, calls.output_tokens, calls.stale_model_calls, "
     "(SELECT rebuilds FROM run_checkpoints cp WHERE cp.run_id = r.id) AS rebuilds, r.agent, "
+    "r.forked_from, r.forked_at_round, "
     "r.output, r.error_code, r.error_message, r.created_at, r.finished_at "
     "FROM runs r CROSS JOIN LATERAL ("
     "  SELECT count(*) AS model_calls, coalesce(sum(mc.input_tokens), 0) AS input_tokens,"

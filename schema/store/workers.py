@@ -16,6 +16,7 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Connection, Engine, text
 
+from schema.store.compat import CODE_LEVEL, check_code_level_txn
 from schema.store.tx import run_transaction
 
 # How near in time another worker's death must be to the holder's to be the same loss.
@@ -43,20 +44,21 @@ DEATH_ELSEWHERE = f"""
 FORGET_AFTER_S = 86_400.0
 
 
-def register_worker_txn(conn: Connection, worker_id: UUID, name: str) -> None:
+def register_worker_txn(conn: Connection, worker_id: UUID, name: str, code_level: int = CODE_LEVEL) -> None:
+    """Refused (``SchemaIncompatible``, nothing written) when the schema needs a higher code
+    level than ``code_level`` (``schema.store.compat``)."""
+    check_code_level_txn(conn, code_level)
     conn.execute(
-        text("INSERT INTO workers (id, name) VALUES (:id, :name) ON CONFLICT (id) DO NOTHING"),
-        {"id": worker_id, "name": name},
+        text("INSERT INTO workers (id, name, code_level) VALUES (:id, :name, :level) ON CONFLICT (id) DO NOTHING"),
+        {"id": worker_id, "name": name, "level": code_level},
     )
 
 
-def register_worker(engine: Engine, name: str) -> UUID:
+def register_worker(engine: Engine, name: str, code_level: int = CODE_LEVEL) -> UUID:
     """Add this process to the registry; its heartbeat starts now."""
     worker_id = uuid4()
 
-    run_transaction(
-        engine, lambda conn: register_worker_txn(conn, worker_id, name), name="register_worker", single_statement=True
-    )
+    run_transaction(engine, lambda conn: register_worker_txn(conn, worker_id, name, code_level), name="register_worker")
     return worker_id
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from schema.tables.agents import agents
 from schema.tables.base import ACTIVE_STATUSES, metadata
+from schema.tables.compat import schema_compat
 from schema.tables.owners import owner_spend, owners
 from schema.tables.rounds import (
     MESSAGE_ROLES,
@@ -62,6 +63,7 @@ __all__ = [
     "runs",
     "runtime_work_model_rebuild_consumptions",
     "runtime_work_model_rebuilds",
+    "schema_compat",
     "tool_answers",
     "tool_executions",
     "tool_invocations",

@@ -96,7 +96,15 @@ runs = Table(
     Column("budget_wait", JSONB),
     # The saved agent the run was made from, NAME@VERSION (NULL: the run sent its config).
     Column("agent", Text),
+    # A fork (schema.store.forks): the run it was forked from and how many of that run's
+    # rounds it copied (its execution started at that boundary). No foreign key: a fork
+    # keeps its parent's id after retention deletes the parent.
+    Column("forked_from", UUID(as_uuid=True)),
+    Column("forked_at_round", Integer),
     CheckConstraint(one_of("status", [s.value for s in RunStatus]), name="status"),
+    CheckConstraint(
+        "(forked_from IS NULL) = (forked_at_round IS NULL) AND coalesce(forked_at_round, 0) >= 0", name="fork"
+    ),
     CheckConstraint("priority BETWEEN 0 AND 9", name="priority"),
     CheckConstraint(one_of("root_policy", [p.value for p in RootPolicy]), name="root_policy"),
     UniqueConstraint("root_id", "root_seq"),
@@ -144,6 +152,9 @@ workers = Table(
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("stopped_at", DateTime(timezone=True)),
+    # The compatibility level of the worker's code (schema.store.compat); NULL: registered by
+    # code older than migration 0021, which checks nothing.
+    Column("code_level", Integer),
     Index("ix_workers_heartbeat_at", "heartbeat_at", postgresql_where=text("stopped_at IS NULL")),
 )
 

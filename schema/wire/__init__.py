@@ -239,6 +239,9 @@ class RunView(_Wire):
     rebuilds: int = 0
     # The saved agent the run was made from, as NAME@VERSION (None: a run with its own config).
     agent: str | None = None
+    # A fork's parent run and the rounds of it the fork copied (None: not a fork).
+    forked_from: UUID | None = None
+    forked_at_round: int | None = None
     output: str | None
     error_code: str | None
     error_message: str | None

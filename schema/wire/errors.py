@@ -118,9 +118,34 @@ class ErrorCode(StrEnum):
         "PLUGIN_INVALID", "A plugin could not be loaded (its import failed, or it registered something invalid).",
         False, 500, _EXIT_INPUT,
     )
+    CASE_INVALID = (
+        "CASE_INVALID",
+        "An exported case (aidawork replay) cannot be read: not JSON, not the aidawork.case/1 format, or a field "
+        "of the wrong shape; nothing was replayed.",
+        False, 500, _EXIT_INPUT,
+    )
+    CASE_TAMPERED = (
+        "CASE_TAMPERED",
+        "A digest, proof or the digest chain of an exported case does not verify: the case was changed after "
+        "export; the message names the round. Nothing was replayed.",
+        False, 500, _EXIT_INPUT,
+    )
+    EXPORT_REFUSED = (
+        "EXPORT_REFUSED",
+        "The run cannot be exported as a self-contained case (its context was rebuilt, or its messages were "
+        "dropped by a rollback); nothing was written.",
+        False, 500, _EXIT_INPUT,
+    )
     TOOLSET_UNAVAILABLE = (
         "TOOLSET_UNAVAILABLE",
         "An MCP server whose tools the run enables cannot be reached now; the request itself is fine.",
+        True, 503, _EXIT_ERROR,
+    )
+    SCHEMA_INCOMPATIBLE = (
+        "SCHEMA_INCOMPATIBLE",
+        "This code's compatibility level and the database schema's do not match: a worker older than the schema "
+        "refuses to start (or stops claiming), and `aidawork migrate` refuses a migration that would break live "
+        "workers unless --force.",
         True, 503, _EXIT_ERROR,
     )
 

@@ -260,6 +260,7 @@ def test_the_openapi_document_lists_the_endpoints(api: ApiServer) -> None:
         ("/v1/runs", "get"),
         ("/v1/runs/{run_id}/rounds", "get"),
         ("/v1/runs/{run_id}/stream-token", "post"),
+        ("/v1/runs/{run_id}/fork", "post"),
         ("/v1/agents", "post"),
         ("/v1/agents", "get"),
         ("/v1/agents/{name}", "get"),

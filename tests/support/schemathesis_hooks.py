@@ -18,7 +18,8 @@ changing nothing the schema says:
   are equal (the body's key is set to the header's);
 - a run that names a saved agent names one that exists (``FUZZ_AGENT``, which the test
   saves first), without overrides (the agent allows none);
-- a saved agent's config keeps the tool rules above, as a run's does.
+- a saved agent's config keeps the tool rules above, as a run's does;
+- a fork forks at round 0, editing no tool result and overriding nothing (``keep_fork_rules``).
 
 Negative cases are sent as generated (the API must refuse each), but for one thing: a
 client tool's ``parameters``, of which the document describes only the common subset
@@ -52,6 +53,9 @@ def before_call(context: HookContext, case: Case, kwargs: dict[str, Any]) -> Non
         if isinstance(case.body.get("config"), dict):
             keep_tool_rules(case.body["config"], server_tools=server_tool_names(case))
         return
+    if (case.method.upper(), case.path) == ("POST", "/v1/runs/{run_id}/fork"):
+        keep_fork_rules(case.body)
+        return
     if (case.method.upper(), case.path) != ("POST", "/v1/runs"):
         return
     body = case.body
@@ -67,6 +71,15 @@ def before_call(context: HookContext, case: Case, kwargs: dict[str, Any]) -> Non
     config = body.get("config")
     if isinstance(config, dict):
         keep_tool_rules(config, server_tools=server_tool_names(case))
+
+
+def keep_fork_rules(body: dict[str, Any]) -> None:
+    """A fork names a round the run committed, a call of that round, and overrides the
+    run's config validates with: the fuzzed runs commit none, so a positive case forks at
+    round 0, with no tool result to edit and the run's own config."""
+    body["at_round"] = 0
+    body.pop("edit_tool_result", None)
+    body.pop("config_overrides", None)
 
 
 def drop_client_tool_parameters(body: dict[str, Any]) -> None:

@@ -128,7 +128,7 @@ def test_every_v1_operation_requires_the_bearer_token_in_the_openapi_document() 
     spec = request("GET", "/openapi.json").json()
 
     operations = [op for path, item in spec["paths"].items() if path.startswith("/v1/") for op in item.values()]
-    assert len(operations) == 19  # 14 run and owner operations, 5 of saved agents
+    assert len(operations) == 20  # 15 run and owner operations (fork among them), 5 of saved agents
     assert all(op["security"] == [{"HTTPBearer": []}] for op in operations)
 
 

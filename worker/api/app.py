@@ -43,7 +43,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from worker.api import a2a, agents, errors, inspection, openapi, ui
+from worker.api import a2a, agents, errors, forks, inspection, openapi, ui
 from worker.api.auth import TokenTable
 from worker.api.deps import ApiState
 from worker.api.errors import error_response
@@ -117,6 +117,7 @@ def create_app(settings: Settings | None = None, context: Callable[[], ClientCon
     app.state.aidawork = state
     app.include_router(router)
     app.include_router(agents.router)
+    app.include_router(forks.router)
     app.include_router(a2a.router)  # /a2a/{agent}: each saved agent's A2A server
     app.include_router(inspection.router)
     app.include_router(ui.router)

@@ -29,7 +29,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runtime.canonical import TOO_DEEP, TOO_MANY_DIGITS
 from runtime.errors import AidaworkError, RequestInvalid
 from runtime.prepare import format_loc
-from schema.store.errors import AgentExists, AgentNotFound, IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
+from schema.store.errors import (
+    AgentExists,
+    AgentNotFound,
+    ForkRefused,
+    IdempotencyKeyReused,
+    RootBusy,
+    RootNotFound,
+    RunNotFound,
+)
 from schema.store.suspensions import DeliveryRefused
 from schema.wire.errors import ErrorCode
 from worker.api.limits import BodyRefused
@@ -109,13 +117,14 @@ STATUS_OF: Mapping[type[AidaworkError], tuple[int, str | None]] = {
     DeliveryRefused: (409, None),
     IdempotencyKeyReused: (409, "idempotency_key"),
     RootBusy: (409, "root_policy"),
+    ForkRefused: (422, None),  # field from the error itself
 }
 
 
 def refusal_of(exc: AidaworkError) -> ApiError:
     for cls, (status, named) in STATUS_OF.items():
         if isinstance(exc, cls):
-            field = exc.field if isinstance(exc, RequestInvalid) else named
+            field = exc.field if isinstance(exc, RequestInvalid | ForkRefused) else named
             return ApiError(status, catalogued(exc.code), exc.message, field)
     # Not a refusal of the request: a dependency is unavailable (retryable) or a bug.
     log.error("request_failed", code=exc.code, error=exc.message)

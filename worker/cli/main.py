@@ -28,17 +28,30 @@ import typer
 from sqlalchemy.exc import OperationalError
 from typer._click.exceptions import UsageError
 
+from runtime.cases.verify import CaseInvalid
 from runtime.errors import AidaworkError, RequestInvalid
 from runtime.plugins import PluginError, process_plugins
-from schema.store.errors import AgentExists, AgentNotFound, IdempotencyKeyReused, RootBusy, RootNotFound, RunNotFound
+from schema.store.errors import (
+    AgentExists,
+    AgentNotFound,
+    ForkRefused,
+    IdempotencyKeyReused,
+    RootBusy,
+    RootNotFound,
+    RunNotFound,
+)
 from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RootPolicy
 from schema.wire.route import MAX_PRIORITY, MIN_PRIORITY
 from worker.cli import agent, owner
 from worker.cli.commands import Parsed, RunId, ToolCallId, command, commands
+from worker.cli.deploy import cmd_deploy_check
+from worker.cli.forks import cmd_diff, cmd_fork
 from worker.cli.inputs import InputError, parse_json, read_json
 from worker.cli.owner import OwnerInputError
+from worker.cli.replay import cmd_export, cmd_replay
 from worker.cli.run_view import cmd_status, cmd_watch
+from worker.client.replay.export import ExportRefused
 from worker.engine.processes import (
     aidawork_version,
     cmd_beat,
@@ -57,9 +70,12 @@ EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
 PROCESS_COMMANDS = frozenset({"migrate", "worker", "beat", "flower", "api", "webhooks"})
 CLIENT_COMMANDS = frozenset(
     {"submit", "status", "watch", "cancel", "deliver", "resolve", "tool-result", "retry-tool", "approve", "reject"}
-) | {"owner", "agent"}
-# The processes that sign or verify round proofs: they refuse to start without the secret.
-SECRET_COMMANDS = frozenset({"worker", "beat", "api"})
+) | {"owner", "agent", "deploy-check", "fork", "diff", "export", "replay"}
+# The commands that load plugins of their own choosing (deploy-check --plugins), not AIDAWORK_PLUGINS.
+OWN_PLUGINS = frozenset({"deploy-check"})
+# The processes that sign or verify round proofs: they refuse to start without the secret
+# (a fork signs the rounds it copies).
+SECRET_COMMANDS = frozenset({"worker", "beat", "api", "fork"})
 
 
 _command: str | None = None  # the command main() runs: how _err reports
@@ -180,6 +196,10 @@ def cmd_submit(
 
 command(app, "status", "show a run")(cmd_status)
 command(app, "watch", "print a run's events until it ends")(cmd_watch)
+command(app, "fork", "a new run whose first N rounds are the run's, copied, not re-run; prints its id")(cmd_fork)
+command(app, "diff", "what differs between two runs, round by round")(cmd_diff)
+command(app, "export", "a run as a self-contained, digest-verified case (JSON on stdout)")(cmd_export)
+command(app, "replay", "replay an exported case against this code, config and tools; report per round")(cmd_replay)
 
 
 def _read_delivery(specs: list[str]) -> dict[str, str]:
@@ -329,6 +349,10 @@ def cmd_prune(
     return EXIT_OK
 
 
+command(app, "deploy-check", "before a deploy: would this code break a run that has not ended? (exit 1: yes)")(
+    cmd_deploy_check
+)
+
 app.add_typer(owner.app, name="owner")
 app.add_typer(agent.app, name="agent")
 
@@ -360,6 +384,8 @@ def _usage_error(exc: UsageError) -> NoReturn:
 def _prepare_process(command: str, settings: Settings) -> str | None:
     """Load the plugins (so one that cannot load stops the process before it starts) and
     check the secret of the processes that sign; what is wrong, or None."""
+    if command in OWN_PLUGINS:
+        return None
     plugins = process_plugins(settings.plugin_names)
     if plugins.loaded and command not in CLIENT_COMMANDS:
         structlog.get_logger("aidawork.cli").info("plugins_loaded", plugins=plugins.loaded)
@@ -395,10 +421,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _err(f"{exc.code}: {exc.message} (AIDAWORK_PLUGINS or an aidawork.plugins entry point)", EXIT_INPUT)
     except (RunNotFound, DeliveryRefused, AgentNotFound) as exc:
         return _err(exc.message, EXIT_INPUT)
-    except (RequestInvalid, AgentExists) as exc:  # e.g. a delivery or prerequisite no store can hold
+    except (RequestInvalid, AgentExists, ForkRefused) as exc:  # e.g. a delivery or prerequisite no store can hold
         return _err(f"{exc.code}: {exc.message}", EXIT_INPUT)
     except (InputError, OwnerInputError) as exc:
         return _err(str(exc), EXIT_INPUT)
+    except (CaseInvalid, ExportRefused) as exc:  # a case that cannot be read or does not verify; nothing written
+        return _err(f"{exc.code}: {exc.message}", EXIT_INPUT)
     except AidaworkError as exc:
         return _err(f"{exc.code}: {exc.message}", EXIT_ERROR)
     except OperationalError as exc:

@@ -28,6 +28,8 @@ def cmd_status(run_id: RunId, as_json: Annotated[bool, typer.Option("--json")] =
         + (f" ({view.stale_model_calls} stale)" if view.stale_model_calls else "")
         + f"  tokens: {view.input_tokens} in, {view.output_tokens} out  rebuilds: {view.rebuilds}"
     )
+    if view.forked_from is not None:
+        print(f"forked from: run {view.forked_from} at round {view.forked_at_round} (its rounds up to it copied)")
     if view.output is not None:
         print(f"output: {view.output}")
     if view.error_code is not None:

@@ -27,12 +27,14 @@ import structlog
 from runtime.canonical import digest
 from runtime.deps import client_tool
 from runtime.errors import RequestInvalid
+from runtime.forks import ForkRules, added_user_message, diff_runs, fork_config, parse_fork_request
 from runtime.prepare import format_loc, parse_turn_config, prepare_execution
 from runtime.tools import Tool, ToolArgsInvalid
 from schema.store import agents as agent_store
 from schema.store import answers as answer_store
 from schema.store import budgets as budget_store
 from schema.store import events as event_store
+from schema.store import forks as fork_store
 from schema.store import limits as limit_store
 from schema.store import runs as run_store
 from schema.store import suspensions as suspension_store
@@ -43,6 +45,7 @@ from schema.store.runs import Submitted
 from schema.store.suspensions import Receipt
 from schema.wire import TERMINAL_EVENTS, RunEvent, RunRequest, RunView
 from schema.wire.agents import AgentView
+from schema.wire.forks import Forked, ForkPlan, ForkRequest, RunDiff
 from schema.wire.json import JsonMapping, JsonObject, JsonValue
 from schema.wire.owners import OwnerLimits, OwnerLimitsChange, check_owner_name
 from schema.wire.vocab import ToolAnswerKind
@@ -172,6 +175,69 @@ def cancel(run_id: UUID, *, ctx: ClientContext | None = None) -> bool:
     cancelled, next_runs = run_store.cancel_run(ctx.engine, run_id)
     send_next_runs(ctx.store, ctx.dispatch, next_runs)
     return cancelled
+
+
+# --- forks ------------------------------------------------------------------------------
+
+
+def fork(
+    run_id: UUID,
+    request: ForkRequest | Mapping[str, object],
+    *,
+    owner: str | None = None,
+    ctx: ClientContext | None = None,
+) -> Forked:
+    """Fork run ``run_id`` at ``request["at_round"]`` (N): a new run on a new Root, of the
+    same owner, whose rounds 1..N are the parent's, copied (no model call and no tool
+    execution is made for them again), queued to go on at round N + 1 with at most one
+    edit (``edit_input``: at N = 0 its input, else a user message after round N;
+    ``edit_tool_result``: ``{tool_call_id, result, is_error?}``, a call of round N given
+    this result) and its config with ``config_overrides`` (``{"policy.max_rounds": 9}``)
+    set, validated like a run's. Its tool calls get their own idempotency keys (they are
+    derived from the run id). With ``owner``, another owner's run is ``RunNotFound``.
+
+    Refused with nothing stored: ``RunNotFound``, ``RequestInvalid`` (a field of the
+    request, the config) and ``ForkRefused`` (``at_round`` outside the rounds the parent
+    committed, an edit naming no call of round N). Sign with the deployment's secret
+    (AIDAWORK_SECRET_KEY): the copied rounds' proofs are signed anew for the fork."""
+    parsed = parse_fork_request(request)
+    ctx = ctx or get_client_context()
+    parent_owner, parent_config = fork_store.read_fork_source(ctx.engine, run_id, owner)
+    prepared = fork_config(ctx.runtime, parent_config, parsed.config_overrides, parent_owner)
+    edit = parsed.edit_input
+    span = process_tracing(ctx.settings).start_submit()
+    try:
+        plan = ForkPlan(
+            parent_id=run_id,
+            owner=parent_owner,
+            at_round=parsed.at_round,
+            config=prepared.turn_config.model_dump(mode="json"),
+            input=edit if parsed.at_round == 0 else None,
+            added_message=added_user_message(edit) if edit is not None and parsed.at_round > 0 else None,
+            tool_result=parsed.edit_tool_result,
+            trace_context=traceparent(span),
+        )
+        rules = ForkRules(ctx.runtime.base.proofs, prepared.deps.policy.max_tool_output_bytes)
+        forked = fork_store.fork_run(ctx.engine, plan, rules)
+        if span is not None:
+            span.set_attribute("run_id", str(forked.run_id))
+        # Stored: if the broker is down, the reconciler sends it once it is back.
+        send_or_defer(
+            ctx.store, forked.run_id, lambda: ctx.dispatch.round(forked.run_id, forked.at_round, forked.route)
+        )
+    finally:
+        if span is not None:
+            span.end()
+    return forked
+
+
+def diff(run_a: UUID, run_b: UUID, *, owner: str | None = None, ctx: ClientContext | None = None) -> RunDiff:
+    """Each round either run committed, compared: the same, or which of its system,
+    messages and tools digests, its response and its tool results differ (with both
+    values); read in one snapshot. With ``owner``, another owner's run is ``RunNotFound``."""
+    ctx = ctx or get_client_context()
+    a, b = fork_store.read_run_records(ctx.engine, [run_a, run_b], owner=owner)
+    return diff_runs(a, b)
 
 
 def _resume(ctx: ClientContext, run_id: UUID, receipt: Receipt) -> Receipt:

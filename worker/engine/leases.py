@@ -11,14 +11,21 @@ which is what lets a claim tell a storm of deaths from a round that kills its wo
 The heartbeat reads its holdings, then writes: a round may commit (or give its claim
 back) in between. That is safe because the statement only extends a lease that still
 exists under the same fence (``schema.store.leases``): a commit or a release leaves none,
-so a late heartbeat cannot re-arm it and refuse the next round's claim."""
+so a late heartbeat cannot re-arm it and refuse the next round's claim.
+
+The keeper also holds the process to the schema's compatibility level
+(``schema.store.compat``): the registration is refused when the schema needs newer code,
+and every heartbeat re-reads the level. Once refused, ``worker_id`` raises
+``SchemaIncompatible`` (so no claim is made: the round's message is sent again, for a
+newer worker) and the ``on_incompatible`` callback runs once (``aidawork worker``: a warm
+shutdown). Rounds already claimed finish and commit under their fences."""
 
 from __future__ import annotations
 
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from uuid import UUID
 
@@ -26,6 +33,7 @@ import structlog
 from sqlalchemy import Engine
 
 from schema.store import workers as worker_store
+from schema.store.compat import CODE_LEVEL, SchemaIncompatible, schema_level, too_old
 from schema.store.leases import extend_leases
 
 log = structlog.get_logger("aidawork.leases")
@@ -42,6 +50,13 @@ class LeaseKeeper:
         self._thread: threading.Thread | None = None
         self._worker_id: UUID | None = None
         self._unreleased: dict[UUID, int] = {}
+        self._refused: SchemaIncompatible | None = None
+        self._on_incompatible: Callable[[], None] | None = None
+
+    def on_incompatible(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once) when the schema turns out to need newer code than this."""
+        with self._lock:
+            self._on_incompatible = callback
 
     def remember_unreleased(self, run_id: UUID, fence: int) -> None:
         """A claim this process gave up for an unavailable dependency but could not release
@@ -61,14 +76,50 @@ class LeaseKeeper:
 
     def register(self) -> UUID:
         """Register the process (once; later calls return the same id) and start the
-        heartbeat, which keeps the registration alive from then on."""
+        heartbeat, which keeps the registration alive from then on. ``SchemaIncompatible``
+        when the schema needs newer code than this, now or since."""
+        refused = None
         with self._lock:
-            if self._worker_id is None:
+            if self._refused is None and self._worker_id is None:
                 name = f"aidawork-{os.getpid()}@{socket.gethostname()}"
-                self._worker_id = worker_store.register_worker(self._engine, name)
-                log.info("worker_registered", worker_id=str(self._worker_id), name=name)
-                self._start_locked()
-            return self._worker_id
+                try:
+                    self._worker_id = worker_store.register_worker(self._engine, name)
+                except SchemaIncompatible as exc:
+                    refused = exc
+                else:
+                    log.info("worker_registered", worker_id=str(self._worker_id), name=name, code_level=CODE_LEVEL)
+                    self._start_locked()
+            worker_id = self._worker_id
+        if refused is not None:
+            self._refuse(refused)
+        if self._refused is not None:
+            raise self._refused
+        assert worker_id is not None
+        return worker_id
+
+    def check_schema_level(self) -> None:
+        """Refuse from now on if the schema needs a higher level than this code's (a breaking
+        migration was applied under this worker, with ``aidawork migrate --force``)."""
+        with self._lock:
+            if self._worker_id is None or self._refused is not None:
+                return
+        try:
+            needed = schema_level(self._engine)
+        except SchemaIncompatible as exc:  # the table is gone: a downgrade below 0021
+            self._refuse(exc)
+            return
+        if needed > CODE_LEVEL:
+            self._refuse(too_old(needed))
+
+    def _refuse(self, exc: SchemaIncompatible) -> None:
+        with self._lock:
+            if self._refused is not None:
+                return
+            self._refused = exc
+            callback = self._on_incompatible
+        log.error("schema_level_refused", code_level=exc.code_level, schema_level=exc.schema_level, error=exc.message)
+        if callback is not None:
+            callback()
 
     def _start_locked(self) -> None:
         if self._thread is None:
@@ -106,6 +157,10 @@ class LeaseKeeper:
                 self.beat_once()
             except Exception:  # the next beat tries again; a round's commit is fenced anyway
                 log.exception("lease_heartbeat_failed")
+            try:
+                self.check_schema_level()
+            except Exception as exc:  # the database is unavailable: the next beat reads it again
+                log.warning("schema_level_unread", error=type(exc).__name__)
 
     def stop(self) -> None:
         """Stop heartbeating; a registered process records that it stopped on purpose."""

@@ -22,10 +22,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import structlog
+import typer
 
+from schema.store.compat import SchemaIncompatible
 from worker.ops.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -146,13 +148,22 @@ def _tune_gc() -> None:
     log.info("gc_tuned", frozen_objects=gc.get_freeze_count(), thresholds=list(GC_THRESHOLDS))
 
 
-def cmd_migrate() -> int:
+def cmd_migrate(
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="apply a migration that breaks live workers of an older code level (they stop claiming)"
+        ),
+    ] = False,
+) -> int:
     from schema.migrate import ensure_database, upgrade_head
 
-    url = get_settings().database_url
+    settings = get_settings()
+    url = settings.database_url
     created = ensure_database(url)
-    upgrade_head(url)
-    log.info("database_migrated", created=created, revision="head")
+    # A worker is live while it heartbeats: one that said nothing for a lease has died.
+    upgrade_head(url, force=force, live_s=settings.lease_s)
+    log.info("database_migrated", created=created, revision="head", forced=force)
     return 0
 
 
@@ -178,8 +189,12 @@ def cmd_worker(concurrency: int | None = None) -> int:
     leases = get_context().leases
     try:
         leases.register()
+    except SchemaIncompatible:
+        raise  # a worker older than the schema does not start: main() says why (start_refused)
     except Exception as exc:
         log.warning("worker_registration_deferred", error=type(exc).__name__)
+    # Should a breaking migration be applied under it (--force), it stops as on SIGTERM.
+    leases.on_incompatible(_shut_down_warm)
     serve_metrics(get_context())  # before Celery starts: a port in use fails the start, loudly
     _celery_keeps_our_logging()
     _celery_says_json()
@@ -204,6 +219,11 @@ def cmd_worker(concurrency: int | None = None) -> int:
     finally:
         leases.stop()
     return 0
+
+
+def _shut_down_warm() -> None:
+    # Celery's warm shutdown: the rounds in flight finish, the messages held go back.
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def cmd_beat() -> int:

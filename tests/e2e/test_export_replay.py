@@ -94,6 +94,14 @@ def test_a_replay_with_the_recorded_model_reproduces_every_rounds_digests(
                                                                       (4, "same")]
     assert_unchanged(plugged, before, "a replay")
 
+    # The same config saved as the owner's agent: replayed with --agent NAME@VERSION.
+    client.create_agent("team-replay", "looker", {"config": case["run"]["config"]}, ctx=plugged)
+    by_agent = replay(db_url, path, "--agent", "looker@1")
+    assert by_agent.returncode == 0, by_agent.stdout + by_agent.stderr
+    assert "FAILED" not in by_agent.stdout and "round 4: same" in by_agent.stdout, by_agent.stdout
+    gone = replay(db_url, path, "--agent", "looker@2")
+    assert gone.returncode == 2 and "no saved agent 'looker@2'" in gone.stderr, gone.stderr
+
 
 def test_a_replay_after_a_tools_schema_changed_fails_closed_naming_the_round(
     plugged: ClientContext, db_url: str, tmp_path: Path

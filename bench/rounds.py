@@ -11,7 +11,9 @@
 6. a 16 x 20 throughput figure and where a round's time goes, in process;
 7. 16 runs of one 1 s round on one `--concurrency 16` worker: the wall time of rounds that
    overlap (tests/e2e/test_concurrency.py asserts that they do, not how fast);
-8. fair share: owner B's 10 runs alone and behind owner A's 500 queued runs (bench/fairness.py).
+8. fair share: owner B's 10 runs alone and behind owner A's 500 queued runs (bench/fairness.py);
+9. what a round costs across the whole stack (worker, PostgreSQL and Redis CPU, commits, WAL
+   flushes and bytes, rows, Redis commands), beside issue 33's targets (bench/stack.py).
 
 Prints figures; never fails on timing.
 """
@@ -29,7 +31,7 @@ from uuid import UUID
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench.env  # sets the environment before any project module reads it
-from bench import db, fairness, inflight, streaming
+from bench import db, fairness, inflight, stack, streaming
 from bench.procs import HopWorkers, aidawork_worker, cpu_ms, stop
 
 LONG_ROUNDS = 500
@@ -292,6 +294,8 @@ def main() -> None:
     flight = inflight.measure()
     log("in-flight throughput again, every run queued first")
     queued = inflight.measure(queued_first=True)
+    log("whole-stack cost per round")
+    stack_costs = stack.measure_all()
     log("streaming: the in-flight figure with a streamed answer, without and with a watcher")
     streamed = streaming.measure()
     log("fair share: B's 10 runs alone and behind A's 500")
@@ -313,6 +317,8 @@ def main() -> None:
     out += [*report_rounds(figures, plain_ms, ours_ms), ""]
     out += [*inflight.report(flight), ""]
     out += [*inflight.report(queued), ""]
+    for cost in stack_costs:
+        out += [*stack.report(cost), ""]
     out += [*streaming.report(streamed), ""]
     out += [*fairness.report(fair), ""]
     out += [*report_bytes(figures), ""]

@@ -183,6 +183,16 @@ def commit_round_txn(conn: Connection, record: RoundRecord) -> Committed:
 
 # --- the model-call ledger --------------------------------------------------------------------
 
+# The ledger's two statements commit without waiting for the WAL flush: the statement sets
+# synchronous_commit off for its own (implicit) transaction, and the session keeps its
+# setting. A worker that dies loses nothing PostgreSQL has accepted, flushed or not: the
+# next holder's claim sees the row. Only a crash of PostgreSQL itself can lose the rows
+# of the last moments (at most three wal_writer_delay, 600 ms by default), and the next
+# synchronous commit (the claim, the round's commit) flushes every row before it. What
+# such a crash costs is in docs/guarantees.md: at most one extra model call per
+# run in flight.
+ASYNC_COMMIT_CTE = "async_commit AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS off)"
+
 # The first ledger row of a claim also marks the round's execution as started under that
 # fence (runs.execution_fence): from here on, a holder that dies costs the round an attempt.
 # The same statement reserves the call's estimate against the owner's budget, if it has
@@ -200,9 +210,9 @@ WITH held AS (
   FROM held LEFT JOIN budget ON true
   WHERE {budgets.RESERVED_GUARD}
   RETURNING id
-)
+), {ASYNC_COMMIT_CTE}
 SELECT (SELECT id FROM call) AS call_id, {budgets.REFUSAL_COLUMNS}
-FROM held LEFT JOIN budget ON true
+FROM held LEFT JOIN budget ON true CROSS JOIN async_commit
 """
 )
 
@@ -221,8 +231,8 @@ WITH fin AS (
   FROM {budgets.SETTLE_OLD}
   WHERE mc.id = old.id AND mc.run_id = :run_id AND mc.claim_fence = :fence AND mc.status = 'started'
   RETURNING mc.stale, mc.spend_window_start, {budgets.SETTLE_RELEASED}
-), {budgets.SETTLE_CTE}
-SELECT stale FROM fin
+), {budgets.SETTLE_CTE}, {ASYNC_COMMIT_CTE}
+SELECT stale FROM fin CROSS JOIN async_commit
 """
 )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine, text
 
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost
@@ -112,3 +112,21 @@ def test_failed_call_of_a_stale_holder_is_recorded_stale_and_failed(engine: Engi
         )
     recorded = call_row(engine, call_id)
     assert (recorded["status"], recorded["stale"], recorded["error_code"]) == ("failed", True, "MODEL_UNAVAILABLE")
+
+
+def test_the_ledgers_asynchronous_commit_stays_with_its_own_statements(engine: Engine) -> None:
+    """The ledger rows commit without waiting for the WAL flush, set by each statement for
+    its own transaction: the pooled connection they ran on keeps committing synchronously
+    (a claim or a round's commit on it must wait for the flush)."""
+    single = create_engine(engine.url.render_as_string(hide_password=False), pool_size=1, max_overflow=0)
+    try:
+        run = submit(single)
+        held = claim(single, run.run_id)
+        assert held is not None
+        finish(single, held, start(single, held))
+        with single.connect() as conn:  # the one connection both statements ran on
+            assert conn.execute(text("SHOW synchronous_commit")).scalar_one() == "on"
+        (last,) = rows(engine, "SELECT status FROM model_calls WHERE run_id = :id", id=run.run_id)
+        assert last["status"] == "succeeded"
+    finally:
+        single.dispose()

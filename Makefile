@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: help install demo test test-slow test-unit test-db test-e2e lint typecheck bench flower docs docs-serve docs-test docs-screenshots clean
+.PHONY: help install demo test test-slow test-unit test-db test-e2e lint typecheck bench bench-peers flower docs docs-serve docs-test docs-screenshots clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -54,6 +54,24 @@ typecheck: install  ## mypy strict
 bench: install  ## round cost next to two Celery hops, CPU and bytes per round, in-flight throughput
 	$(PY) bench/rounds.py
 
+# make bench-peers: the peers' harness (PEERS_BENCH, read-only; its README says what each script
+# measures) in its own virtualenv .peers, then AIDAWORK's round beside it (bench/peers.py).
+PEERS_BENCH ?= ../shared/peers-bench
+PEERS       := .peers
+PEERS_STAMP := $(PEERS)/.installed-stamp
+PEERS_OUT   ?= bench/out/peers-$(shell date +%Y%m%d-%H%M%S)
+
+$(PEERS_STAMP): $(wildcard $(PEERS_BENCH)/requirements.txt)
+	@test -f $(PEERS_BENCH)/requirements.txt || { echo "bench-peers: no peers' harness at $(PEERS_BENCH) (no requirements.txt there); set PEERS_BENCH=path/to/peers-bench" >&2; exit 1; }
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install -q --upgrade pip
+	$(PEERS)/bin/python -m pip install -q -r $(PEERS_BENCH)/requirements.txt
+	touch $(PEERS_STAMP)
+
+bench-peers: install $(PEERS_STAMP)  ## zero-latency round wall time next to LangGraph-PostgresSaver and DBOS at 10 and 500 rounds, with the ratios
+	@test -f $(PEERS_BENCH)/c_langgraph.py || { echo "bench-peers: no peers' harness at $(PEERS_BENCH); set PEERS_BENCH=path/to/peers-bench" >&2; exit 1; }
+	$(PY) bench/peers.py --out $(PEERS_OUT) --peers-bench $(PEERS_BENCH) --peers-python $(PEERS)/bin/python
+
 flower: install  ## Flower on the same broker, http://127.0.0.1:5555
 	$(VENV)/bin/aidawork flower
 
@@ -70,4 +88,4 @@ docs-screenshots: install  ## retake docs/assets/inspector.png and flower.png fr
 	$(PY) docs/screenshots.py
 
 clean:
-	rm -rf site $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf site $(VENV) $(PEERS) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -4,8 +4,8 @@ on this machine, in the same run:
 - ``plain_app``: the cheapest delivery we would accept: acks_late (+ reject on worker
   lost), prefetch 1, JSON, no task events and no sent events;
 - ``aidawork_app``: ``worker.ops.celery_app.create_app(settings)``'s configuration unchanged (task
-  events on, no sent events, no ack emulation in Redis), run with ``--task-events`` as
-  ``aidawork worker`` runs.
+  events off until a monitor enables them, no sent events, no ack emulation in Redis), run
+  without ``--task-events`` as ``aidawork worker`` runs.
 
 A hop is a task that sends the next one the way a round does (``app.send_task`` after
 its work is done); the last one stores its wall-clock time in Redis under ``key``.

@@ -117,7 +117,7 @@ class HopWorkers:
         self._procs = {
             "plain": spawn([*celery, "bench.hop_app:plain_app", "worker", "-Q", PLAIN_QUEUE, *common]),
             "aidawork": spawn(
-                [*celery, "bench.hop_app:aidawork_app", "worker", "-Q", AIDAWORK_QUEUE, "--task-events", *common]
+                [*celery, "bench.hop_app:aidawork_app", "worker", "-Q", AIDAWORK_QUEUE, *common]
             ),
         }
         for kind in self.KINDS:  # warm: connections, the first task's imports

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,17 +55,29 @@ def gaps_ms(run_id: UUID) -> list[float]:
     return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(stamps)]
 
 
-def per_round_ms(run_id: UUID, rounds: int) -> float:
+def per_round_ms(run_id: UUID, rounds: int, since: str = "started_at") -> float:
+    """(finished_at - since) / rounds, from the run's row: since ``started_at`` (its first
+    claim) or ``created_at`` (its submit)."""
     row = db.run_row(run_id)
-    return float((row.finished_at - row.started_at).total_seconds() * 1000 / rounds)
+    return float((row.finished_at - getattr(row, since)).total_seconds() * 1000 / rounds)
+
+
+def round_worker() -> tuple[subprocess.Popen[bytes], list[UUID]]:
+    """The worker the round figures run on (`aidawork worker --concurrency 8`), warmed by a
+    5-round run (imports, connection pools, prepared statements); and that run if it did
+    not end. bench/peers.py measures on the same worker."""
+    worker = aidawork_worker(ROUND_WORKER_CONCURRENCY)
+    try:
+        return worker, db.wait_finished([db.submit(db.scripted(5))], stall_s=120)
+    except BaseException:
+        stop(worker)
+        raise
 
 
 def run_rounds(figures: dict[str, Any]) -> None:
     """Phases 2, 3 and 5 (and the 16 x 20 throughput) on one `aidawork worker`."""
-    worker = aidawork_worker(ROUND_WORKER_CONCURRENCY)
+    worker, _ = round_worker()
     try:
-        warm = db.submit(db.scripted(5))  # imports, connection pools, prepared statements
-        db.wait_finished([warm], stall_s=120)
         ten = db.submit(db.scripted(10))
         stuck = db.wait_finished([ten])
         figures["per_round_10"] = per_round_ms(ten, 10)

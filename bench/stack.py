@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -74,9 +74,12 @@ class Counters:
     wal_bytes: int = 0
     wal_sync: int = 0
     redis_calls: int = 0
+    redis_by_command: dict[str, int] = field(default_factory=dict)
 
     def __sub__(self, other: Counters) -> Counters:
-        return Counters(**{k: getattr(self, k) - getattr(other, k) for k in self.__dataclass_fields__})
+        fields = {k: getattr(self, k) - getattr(other, k) for k in self.__dataclass_fields__ if k != "redis_by_command"}
+        by_command = {k: n - other.redis_by_command.get(k, 0) for k, n in self.redis_by_command.items()}
+        return Counters(**fields, redis_by_command={k: n for k, n in by_command.items() if n})
 
 
 def read_cpu(counters: Counters, worker_pid: int) -> None:
@@ -97,7 +100,8 @@ def read_stats(counters: Counters) -> None:
     counters.commits, counters.rows = int(row.xact_commit), int(row.rows)
     counters.wal_bytes, counters.wal_sync = int(wal.wal_bytes), int(wal.wal_sync)
     stats = redis.Redis.from_url(BROKER_URL).info("commandstats")
-    counters.redis_calls = sum(int(v["calls"]) for v in stats.values())
+    counters.redis_by_command = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    counters.redis_calls = sum(counters.redis_by_command.values())
 
 
 @dataclass
@@ -152,6 +156,7 @@ def measure(runs: int, rounds: int, latency_ms: int, concurrency: int, label: st
     read_stats(after)
     delta = after - before
     delta.redis_calls -= 2  # the two INFO commandstats of the snapshots
+    delta.redis_by_command["info"] = delta.redis_by_command.get("info", 0) - 2
     with db.engine().connect() as conn:
         count = text("SELECT count(*) FROM rounds WHERE run_id = ANY(:ids)")
         done = int(conn.execute(count, {"ids": ids}).scalar_one())
@@ -173,6 +178,14 @@ def report(cost: StackCost) -> list[str]:
         goal = "" if target is None else f"   target <= {target[0]:g} {target[1]}".rstrip()
         mark = "" if target is None else ("  ok" if value <= target[0] else "  OVER")
         lines.append(f"  {name:<42} {shown:>14}{goal}{mark}")
+    n = max(cost.rounds_done, 1)
+    postgres_ms = cost.delta.postgres_ms / n
+    if postgres_ms > 0:
+        # What one PostgreSQL primary carries: its CPU is the bound once workers are added.
+        lines.append(f"  {'PostgreSQL capacity (rounds/s per core)':<42} {1000 / postgres_ms:14.0f}")
+    by_command = sorted(((calls, name) for name, calls in cost.delta.redis_by_command.items() if calls), reverse=True)
+    lines.append("  Redis commands per round, by command: "
+                 + ", ".join(f"{name} {calls / n:.2f}" for calls, name in by_command))
     return lines
 
 

@@ -1,20 +1,22 @@
 """What streaming costs: the in-flight figure (bench/inflight.py) with a streamed answer
 (the last turn's ``ANSWER_WORDS`` words, one published delta each), once with nobody
-listening and once with a watcher attached - one pattern subscription to every run's
-delta channel, as an API process with open streams holds (worker.api.deltas).
+listening (the workers then publish none) and once with a watcher attached - one pattern
+subscription to every run's delta channel, announced as an API process with open streams
+announces it (worker.api.deltas).
 
 Run alone with ``.venv/bin/python -m bench.streaming``; ``make bench`` includes it."""
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 import redis
 
 from bench import inflight
 from bench.env import BROKER_URL
-from worker.ops.deltas import CHANNEL_PATTERN
+from worker.ops.deltas import CHANNEL_PATTERN, WATCH_REFRESH_S, announce_watcher
 
 ANSWER_WORDS = 50
 ANSWER = " ".join(f"word{i}" for i in range(ANSWER_WORDS))
@@ -28,11 +30,19 @@ class Watcher(threading.Thread):
         super().__init__(daemon=True)
         self.received = 0
         self._done = threading.Event()
-        self._pubsub = redis.Redis.from_url(BROKER_URL).pubsub(ignore_subscribe_messages=True)
+        self._client = redis.Redis.from_url(BROKER_URL)
+        self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
         self._pubsub.psubscribe(CHANNEL_PATTERN)
+        self._pubsub.get_message(ignore_subscribe_messages=False, timeout=2.0)  # subscribed
+        # The workers publish deltas only while a reader says it watches (worker.ops.deltas).
+        announce_watcher(self._client, started=True)
+        self._announced_at = time.monotonic()
 
     def run(self) -> None:
         while not self._done.is_set():
+            if time.monotonic() - self._announced_at >= WATCH_REFRESH_S:
+                announce_watcher(self._client, started=False)
+                self._announced_at = time.monotonic()
             if self._pubsub.get_message(timeout=0.2) is not None:
                 self.received += 1
 
@@ -70,11 +80,12 @@ def measure() -> Streaming:
 def report(s: Streaming) -> list[str]:
     lines = [
         f"Streaming: in-flight throughput, {RUNS} runs x {ROUNDS} rounds, --concurrency {CONCURRENCY}, "
-        f"latency_ms {LATENCY_MS}, the answer streamed as {ANSWER_WORDS} deltas (one Redis PUBLISH each)",
+        f"latency_ms {LATENCY_MS}, the answer streamed as {ANSWER_WORDS} deltas "
+        "(one Redis PUBLISH each while a reader watches, none otherwise)",
     ]
     figures = (
         ("baseline: a one-word answer (1 delta)", s.one_word),
-        ("no watcher", s.quiet),
+        ("no watcher (no delta published)", s.quiet),
         ("a watcher attached (psubscribe)", s.watched),
     )
     for label, r in figures:

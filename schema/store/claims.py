@@ -80,13 +80,24 @@ WITH recorded AS ({recorded}
     -- the counter and the queue agree); the room itself is the locked check above.
     AND NOT {waits_for_slot_sql("runs")}
     AND {guard}
-  RETURNING id, root_id, owner, claim_fence, round_attempts + 1 AS attempt, round_claims, trace_context,
+  RETURNING id, root_id, owner, claim_fence, execution_fence, round_attempts + 1 AS attempt, round_claims,
+    trace_context,
     priority, {weight_sql("runs")} AS weight,
     CASE WHEN :cold THEN input END AS input,
     CASE WHEN :cold THEN config END AS config
 ), took AS (
   -- The slot is taken in the same statement as the claim: both happen or neither.
   UPDATE owners SET running = owners.running + 1 FROM claimed, slot WHERE owners.owner = slot.owner
+), started_call AS (
+  -- A warm claim starts the round's model call in the same statement (STARTS_CALL_SQL):
+  -- the ledger's before-call row, under the new fence, with the request the caller's
+  -- cached context expects (the row's "after" statement writes the request really sent).
+  INSERT INTO model_calls (run_id, boundary_seq, attempt, claim_fence, status, request_digest)
+  SELECT claimed.id, :boundary_seq, claimed.attempt, claimed.claim_fence, 'started', :start_call_digest
+  FROM claimed
+  WHERE CAST(:start_call_digest AS text) IS NOT NULL AND claimed.execution_fence = claimed.claim_fence
+    AND NOT EXISTS (SELECT 1 FROM recorded)
+  RETURNING id
 )
 SELECT claimed.*,
   (SELECT coalesce(jsonb_agg(jsonb_build_array(m.position, {message_body_sql()}, {DURABLE_READS_SQL})
@@ -108,7 +119,8 @@ SELECT claimed.*,
   -- under this claim is then a duplicate).
   extract(epoch FROM clock_timestamp() - coalesce(previous.resumed_at, previous.created_at)) AS queue_lag_s,
   (SELECT count(*) FROM model_calls AS mc WHERE mc.run_id = claimed.id AND mc.boundary_seq = :boundary_seq
-     AND mc.claim_fence < claimed.claim_fence) AS earlier_model_calls
+     AND mc.claim_fence < claimed.claim_fence) AS earlier_model_calls,
+  (SELECT id FROM started_call) AS started_call_id
 FROM claimed
 JOIN run_checkpoints AS cp ON cp.run_id = claimed.id
 LEFT JOIN rounds AS previous ON previous.run_id = claimed.id AND previous.boundary_seq = :boundary_seq - 1
@@ -136,9 +148,19 @@ _RECORDED_SQL = """
 # claim, when an earlier holder's accepted response is there to go on from: the round
 # then goes straight to its tools, so a round whose tools kill their worker spends its
 # attempts (as a resume does) even though it never calls the model again.
+#
+# A warm claim (the caller has the run's context cached and passes the request it expects
+# to send, ``start_call_digest``) also writes the round's first ledger row, so the round's
+# execution starts at the claim: one statement where a cold claim takes two. Not for an
+# owner with a token budget: its before-call row reserves the call's estimate, which only
+# the request itself gives (``schema.store.budgets``); nor when an accepted response is
+# there to go on from (no call). The caller leaves it out, too, when the call first waits
+# for a rate limit's turn: a round given back to wait never paid.
+STARTS_CALL_SQL = """CAST(:start_call_digest AS text) IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM owners AS o WHERE o.owner = runs.owner AND o.token_budget IS NOT NULL)"""
 CLAIM_ROUND_SQL = _claim_sql(
     "NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq)",
-    execution_fence="CASE WHEN EXISTS (SELECT 1 FROM recorded) THEN claim_fence + 1 END",
+    execution_fence=f"CASE WHEN EXISTS (SELECT 1 FROM recorded) OR ({STARTS_CALL_SQL}) THEN claim_fence + 1 END",
     recorded=_RECORDED_SQL,
 )
 # A resume claims only the very suspension it was checked against: the suspended round is
@@ -166,11 +188,14 @@ def claim_round_txn(
     holder: UUID,
     resume_of: list[str] | None = None,
     held_fence: int | None = None,
+    start_call_digest: str | None = None,
 ) -> Claim | None:
     """Claim the run for round ``boundary_seq`` (or, with ``resume_of``, for resuming the
     suspended calls with those invocation ids) for the worker process ``holder``
     (``schema.store.workers``); ``None`` when it is not claimable (already done, leased by
-    another holder, not its Root's turn, or gone)."""
+    another holder, not its Root's turn, or gone). With ``start_call_digest`` (a round's
+    warm claim) the claim also writes the ledger row of the round's model call when it can
+    (``STARTS_CALL_SQL``): ``Claim.started_call_id``."""
     params = {
         "run_id": run_id,
         "boundary_seq": boundary_seq,
@@ -180,6 +205,7 @@ def claim_round_txn(
         "held_fence": -1 if held_fence is None else held_fence,
         "after_position": after_position,
         "cold": cold,
+        "start_call_digest": start_call_digest if resume_of is None else None,
     }
     statement = CLAIM_ROUND_SQL
     if resume_of is not None:
@@ -207,6 +233,7 @@ def claim_round_txn(
         else RecordedResponse(row.recorded_request_digest, row.recorded_response),
         trace_context=row.trace_context,
         earlier_model_calls=row.earlier_model_calls,
+        started_call_id=row.started_call_id,
         queue_lag_s=None if row.queue_lag_s is None else float(row.queue_lag_s),
         weight=row.weight,
         priority=row.priority,

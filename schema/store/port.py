@@ -33,10 +33,11 @@ class StorePort(Protocol):
 
     def claim_round(
         self, run_id: UUID, boundary_seq: int, *, lease_s: float, after_position: int, cold: bool, holder: UUID,
-        resume_of: list[str] | None = None, held_fence: int | None = None,
+        resume_of: list[str] | None = None, held_fence: int | None = None, start_call_digest: str | None = None,
     ) -> Claim | None:
         """Claim the run for round ``boundary_seq`` (with ``resume_of``: for resuming those
-        suspended calls); ``None`` when it is not claimable."""
+        suspended calls); ``None`` when it is not claimable. With ``start_call_digest`` (a
+        warm claim) it may also write the round's before-call ledger row (``Claim.started_call_id``)."""
 
     def explain_refused_claim(self, run_id: UUID, boundary_seq: int, *, resume: bool) -> ClaimRefusal:
         """Why a claim matched nothing: the first of its conditions the run fails now."""
@@ -54,8 +55,12 @@ class StorePort(Protocol):
     def record_model_call_finished(
         self, call_id: int, run_id: UUID, fence: int, *, response_digest: str | None, input_tokens: int | None,
         output_tokens: int | None, error_code: str | None, response: JsonMapping | None = None,
+        request_digest: str | None = None,
     ) -> None:
         """The call's outcome and usage; ``FenceLost`` (after recording it) when the fence is gone."""
+
+    def drop_unused_model_call(self, call_id: int, run_id: UUID, fence: int) -> None:
+        """Delete the before-call row a warm claim wrote for a call never made."""
 
     def park_for_budget(self, run_id: UUID, fence: int, boundary_seq: int, wait: JsonMapping) -> tuple[UUID, ...]:
         """Suspend the claimed run waiting for its owner's budget (fenced): the runs to send."""

@@ -224,7 +224,8 @@ FROM held LEFT JOIN budget ON true CROSS JOIN async_commit
 _LEDGER_FINISH_SQL = text(
     f"""
 WITH fin AS (
-  UPDATE model_calls AS mc SET status = :status, response_digest = :response_digest,
+  UPDATE model_calls AS mc SET status = :status, request_digest = coalesce(:request_digest, mc.request_digest),
+    response_digest = :response_digest,
     response = CAST(:response AS jsonb), input_tokens = :input_tokens, output_tokens = :output_tokens,
     error_code = :error_code, finished_at = now(), reservation_open = false,
     stale = NOT EXISTS (SELECT 1 FROM runs WHERE runs.id = mc.run_id AND runs.claim_fence = mc.claim_fence)
@@ -279,6 +280,7 @@ def record_model_call_finished_txn(
     output_tokens: int | None,
     error_code: str | None,
     response: JsonMapping | None = None,
+    request_digest: str | None = None,
 ) -> None:
     """Write the call's outcome and usage right after it returns (before tools run), so
     the spend is on record even if the round never commits, and with them the accepted
@@ -286,7 +288,8 @@ def record_model_call_finished_txn(
     claim hands it back (``schema.store.claims``), so a round redone after its holder died
     runs the same tool calls without asking the model again. A holder that has lost its
     fence records its call all the same, marked ``stale``, and then gets ``FenceLost``
-    (its round can never commit, so it stops here)."""
+    (its round can never commit, so it stops here). ``request_digest`` is the request really
+    sent, for a row its claim wrote with the request the claim's holder expected."""
     stale = conn.execute(
         _LEDGER_FINISH_SQL,
         {
@@ -294,6 +297,7 @@ def record_model_call_finished_txn(
             "run_id": run_id,
             "fence": fence,
             "status": "failed" if error_code else "succeeded",
+            "request_digest": request_digest,
             "response_digest": response_digest,
             # Kept only for a call that succeeded: it is what a redone round reuses.
             "response": None if error_code or response is None else json.dumps(response),
@@ -306,3 +310,14 @@ def record_model_call_finished_txn(
     # statement runs in autocommit), and the holder stops here.
     if stale is None or stale:
         raise FenceLost(run_id, fence)
+
+
+def drop_unused_model_call_txn(conn: Connection, call_id: int, run_id: UUID, fence: int) -> None:
+    """Delete the ledger row a warm claim wrote for a call its holder then never made (the
+    round ended or was given back before the call): only while it is still that holder's
+    started row. A holder that dies leaves the row: whether its call was made is unknown."""
+    conn.execute(
+        text("DELETE FROM model_calls WHERE id = :call_id AND run_id = :run_id AND claim_fence = :fence "
+             "AND status = 'started'"),
+        {"call_id": call_id, "run_id": run_id, "fence": fence},
+    )

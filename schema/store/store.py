@@ -86,6 +86,9 @@ class Store:
     record_model_call_finished = transaction(
         rounds.record_model_call_finished_txn, name="model_call_finished", single_statement=True
     )
+    drop_unused_model_call = transaction(
+        rounds.drop_unused_model_call_txn, name="drop_unused_model_call", single_statement=True
+    )
     park_for_budget = transaction(budgets.park_for_budget_txn, name="park_for_budget", single_statement=True)
     commit_round = transaction(rounds.commit_round_txn, name="commit_round", single_statement=True)
     # --- at-most-once tool calls ----------------------------------------------------------

@@ -77,6 +77,9 @@ class Claim:
     trace_context: str | None = None
     # Model calls made at this boundary under earlier claims: a call now is a duplicate.
     earlier_model_calls: int = 0
+    # The ledger row of the round's model call, written by this (warm) claim itself
+    # (schema.store.claims): the call is made under it, with no before-call statement.
+    started_call_id: int | None = None
     # Seconds from the previous round's commit to this claim (None at boundary 0).
     queue_lag_s: float | None = None
     # The owner's weight and the run's priority, read by the claim: how the run's next

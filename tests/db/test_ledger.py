@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
+from schema.store import limits
 from schema.store import runs as run_store
 from schema.store.errors import FenceLost
 from schema.store.store import Store
 from schema.wire.claim import Claim
+from schema.wire.owners import OwnerLimitsChange
 from tests.support.db import rows
-from tests.support.store import claim, expire_lease, submit
+from tests.support.store import HOLDER, claim, expire_lease, submit
 
 TABLES = ["runs", "rounds", "messages", "tool_invocations", "run_events", "run_checkpoints"]
 
@@ -130,3 +132,62 @@ def test_the_ledgers_asynchronous_commit_stays_with_its_own_statements(engine: E
         assert last["status"] == "succeeded"
     finally:
         single.dispose()
+
+
+def warm_claim(engine: Engine, run_id: Any, digest: str | None = "expected") -> Claim | None:
+    return Store(engine).claim_round(
+        run_id, 0, lease_s=30, after_position=-1, cold=False, holder=HOLDER, start_call_digest=digest
+    )
+
+
+def test_a_warm_claim_writes_the_rounds_before_call_row_and_marks_its_execution(engine: Engine) -> None:
+    run = submit(engine)
+    c = warm_claim(engine, run.run_id)
+    assert c is not None and c.started_call_id is not None
+    started = call_row(engine, c.started_call_id)
+    assert (started["status"], started["claim_fence"], started["attempt"], started["request_digest"]) == (
+        "started", c.fence, 1, "expected"
+    )
+    assert run_store_row(engine, run.run_id)["execution_fence"] == c.fence  # its execution started at the claim
+    # The "after" statement writes the request really sent.
+    Store(engine).record_model_call_finished(
+        c.started_call_id, c.run_id, c.fence, response_digest="resp", input_tokens=1, output_tokens=1,
+        error_code=None, request_digest="sent",
+    )
+    assert call_row(engine, c.started_call_id)["request_digest"] == "sent"
+    # Used, the row is no longer dropped as unused.
+    Store(engine).drop_unused_model_call(c.started_call_id, c.run_id, c.fence)
+    assert call_row(engine, c.started_call_id)["status"] == "succeeded"
+
+
+def test_a_warm_claim_dies_and_its_successor_spends_an_attempt(engine: Engine) -> None:
+    run = submit(engine)
+    first = warm_claim(engine, run.run_id)
+    assert first is not None and first.started_call_id is not None
+    expire_lease(engine, run.run_id)  # its holder died: whether the call was made is unknown
+    second = claim(engine, run.run_id)
+    assert second is not None and second.attempt == 2 and second.earlier_model_calls == 1
+    assert second.started_call_id is None  # a cold claim writes no call row
+
+
+def test_no_call_row_at_the_claim_for_a_budgeted_owner_or_an_unused_call(engine: Engine) -> None:
+    run = submit(engine)
+    c = warm_claim(engine, run.run_id, digest=None)
+    assert c is not None and c.started_call_id is None
+    assert run_store_row(engine, run.run_id)["execution_fence"] is None
+    # An owner with a token budget: its before-call row reserves the estimate, so it is
+    # written by the call itself.
+    limits.set_owner_limits(engine, "team-budget", OwnerLimitsChange.of(token_budget=1000, budget_window="1d"))
+    budgeted = submit(engine, owner="team-budget")
+    b = warm_claim(engine, budgeted.run_id)
+    assert b is not None and b.started_call_id is None
+    # A row the round never used is dropped: only calls that may have been made stay.
+    other = submit(engine)
+    o = warm_claim(engine, other.run_id)
+    assert o is not None and o.started_call_id is not None
+    Store(engine).drop_unused_model_call(o.started_call_id, o.run_id, o.fence)
+    assert rows(engine, "SELECT id FROM model_calls WHERE run_id = :id", id=other.run_id) == []
+
+
+def run_store_row(engine: Engine, run_id: Any) -> dict[str, Any]:
+    return rows(engine, "SELECT * FROM runs WHERE id = :id", id=run_id)[0]

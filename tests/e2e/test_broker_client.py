@@ -18,13 +18,21 @@ from kombu import Queue
 from runtime.shares import broker_priority, queue_index
 from schema.wire.route import Route
 from tests.support.cluster import Cluster, wait_exit, wait_ready
-from tests.support.env import BROKER_URL, broker_app
+from tests.support.env import BROKER_URL, broker_app, stock_broker
 from tests.support.queues import queued_rounds
 from tests.support.wait import wait_until
 from worker.engine import broker
 from worker.ops.celery_app import ROUNDS_QUEUE, RUN_ROUND_TASK, Dispatcher, round_queue
 
+# The tests of worker.engine.broker's channel (its client, its batches) through the app's
+# connection: with AIDAWORK_STOCK_BROKER the app uses kombu's stock transport, which has
+# neither. The batch scripts themselves are tested in both modes (called directly).
+ours = pytest.mark.skipif(
+    stock_broker(), reason="AIDAWORK_STOCK_BROKER: the app uses kombu's stock Redis transport, not worker.engine.broker"
+)
 
+
+@ours
 def test_a_channel_reuses_its_redis_client_and_still_moves_messages(redis_clean: None) -> None:
     with broker_app().connection_for_write() as conn:
         channel = conn.default_channel
@@ -42,6 +50,7 @@ def test_a_channel_reuses_its_redis_client_and_still_moves_messages(redis_clean:
     assert got == [{"i": 0}, {"i": 1}, {"i": 2}]
 
 
+@ours
 def test_threads_sharing_a_channels_client_each_get_their_own_replies(redis_clean: None) -> None:
     """The channel's one connection is shared by the round threads that publish on it:
     each command's reply goes to the thread that sent it."""
@@ -155,12 +164,13 @@ BATCH_MESSAGES = [(0, 0), (0, 9), (0, 5), (0, 0), (0, 9), (0, 0), (1, 5), (1, 5)
 
 
 def _take_all(
-    prefetch: int, *, ack: bool, expected: int, publish: bool = True
+    prefetch: int, *, ack: bool, expected: int, publish: bool = True, scripts: set[str] | None = None
 ) -> tuple[list[tuple[int, int]], int, int]:
     """Publish BATCH_MESSAGES (queue index, priority), consume with ``prefetch`` slots
     until ``expected`` arrived and nothing more comes: the (queue, number) pairs in the
     order delivered, how many BRPOPs were sent, and how many messages were left in Redis
-    (before the channel closes and puts back what it holds)."""
+    (before the channel closes and puts back what it holds). ``scripts``: given, it gets
+    the batch scripts the channel ran (``EVAL LMPOP``, ``EVAL RPOP``)."""
     got: list[tuple[int, int]] = []
     brpops = 0
     original = broker.Channel._brpop_start
@@ -194,14 +204,23 @@ def _take_all(
         finally:
             broker.Channel._brpop_start = original  # type: ignore[method-assign]
         left = queued_rounds(redis.Redis.from_url(BROKER_URL))
+        if scripts is not None:
+            scripts.update(command for command, _, _ in channel._packed if command.startswith("EVAL"))
         channel.close()
     return got, brpops, left
 
 
+@ours
+@pytest.mark.parametrize("script", ["EVAL LMPOP", "EVAL RPOP"])
 def test_batched_intake_takes_messages_in_the_order_one_brpop_each_takes_them(
-    redis_clean: None, monkeypatch: pytest.MonkeyPatch
+    script: str, redis_clean: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    batched, batched_brpops, _ = _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES))
+    """Both batch scripts: LMPOP's (Redis >= 7.0) and the RPOP walk it falls back to
+    (forced here with the module's switch, as a Redis < 7.0 would)."""
+    monkeypatch.setattr(broker, "USE_LMPOP", script == "EVAL LMPOP")
+    scripts: set[str] = set()
+    batched, batched_brpops, _ = _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES), scripts=scripts)
+    assert scripts == {script}
     monkeypatch.setattr(broker, "BATCH_MAX", 0)
     one_by_one, single_brpops, _ = _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES))
 
@@ -216,12 +235,14 @@ def test_batched_intake_takes_messages_in_the_order_one_brpop_each_takes_them(
         assert mine == sorted(mine, key=lambda n: (BATCH_MESSAGES[n][1], n))
 
 
+@ours
 def test_batched_intake_takes_no_more_than_the_free_prefetch_slots(redis_clean: None) -> None:
     got, _, left = _take_all(prefetch=3, ack=False, expected=3)
     assert len(got) == 3
     assert left == len(BATCH_MESSAGES) - 3
 
 
+@ours
 def test_a_batch_whose_delivery_fails_puts_the_rest_back_in_order(
     redis_clean: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -251,3 +272,61 @@ def test_a_batch_whose_delivery_fails_puts_the_rest_back_in_order(
     assert left == 0 and sorted(rest) == sorted(expected[4:])
     for q in range(3):
         assert [n for queue, n in rest if queue == q] == [n for queue, n in expected[4:] if queue == q]
+
+
+@ours
+def test_a_server_older_than_redis_7_gets_the_rpop_script(redis_clean: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The channel reads the server's version once (INFO server): below LMPOP_SINCE its
+    batches walk the keys with RPOP, and take the same order."""
+    expected, _, _ = _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES))
+    monkeypatch.setattr(broker, "LMPOP_SINCE", (99, 0))  # as if this server were older than LMPOP
+    scripts: set[str] = set()
+    got, _, _ = _take_all(prefetch=20, ack=True, expected=len(BATCH_MESSAGES), scripts=scripts)
+    assert scripts == {"EVAL RPOP"}
+    assert got == expected
+
+
+def test_redis_versions_are_read_as_numbers() -> None:
+    assert broker.redis_version("7.0.15") == (7, 0, 15)
+    assert broker.redis_version("6.2.14") < broker.LMPOP_SINCE <= broker.redis_version("7.0.0")
+    assert broker.redis_version("10.0.1") > broker.LMPOP_SINCE  # numbers, not text
+    assert broker.redis_version("") == () < broker.LMPOP_SINCE
+
+
+def _script_order(client: redis.Redis, script: str, layout: list[list[list[str]]], prefix: str,
+                  limit: int) -> tuple[list[tuple[int, bytes]], list[list[list[bytes]]]]:
+    """Run a batch script on ``layout`` (per queue, per step, the messages from oldest to
+    newest) under keys named ``prefix``: the (key index, message) pairs taken, and what
+    every key still holds."""
+    steps = len(layout[0])
+    keys = [f"{prefix}.{q}.{s}" for q in range(len(layout)) for s in range(steps)]
+    for key, messages in zip(keys, [m for queue in layout for m in queue], strict=True):
+        client.delete(key)
+        if messages:
+            client.lpush(key, *messages)  # kombu publishes with LPUSH, BRPOP takes from the right
+    taken = client.eval(script, len(keys), *keys, len(layout), steps, limit)
+    left = [[client.lrange(keys[q * steps + s], 0, -1)[::-1] for s in range(steps)] for q in range(len(layout))]
+    client.delete(*keys)
+    return [(int(i), m) for i, m in zip(taken[::2], taken[1::2], strict=True)], left
+
+
+def test_the_lmpop_script_takes_what_the_rpop_script_takes_in_the_same_order(redis_clean: None) -> None:
+    """Random layouts (queues x priority steps, some keys empty, one queue alone holding
+    several steps' messages), any limit: the two scripts pop the same messages from the
+    same keys in the same order, and leave the same messages behind."""
+    import random
+
+    client = redis.Redis.from_url(BROKER_URL)
+    rng = random.Random(33)
+    alone = 0
+    for case in range(300):
+        queues, steps = rng.randint(1, 5), rng.randint(1, 4)
+        fill = rng.random()
+        layout = [[[f"{case}:{q}:{s}:{n}" for n in range(rng.randint(0, 4))] if rng.random() < fill else []
+                   for s in range(steps)] for q in range(queues)]
+        limit = rng.randint(1, 24)
+        rpop = _script_order(client, broker.TAKE_MORE_RPOP_LUA, layout, "aidawork.test.rpop", limit)
+        lmpop = _script_order(client, broker.TAKE_MORE_LUA, layout, "aidawork.test.lmpop", limit)
+        assert lmpop == rpop, (case, layout, limit)
+        alone += sum(1 for queue in layout if any(queue)) == 1 and sum(map(len, layout[0])) > 1
+    assert alone > 10  # the COUNT path (one queue left) was exercised

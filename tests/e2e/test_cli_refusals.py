@@ -6,13 +6,12 @@ integers past 4000 or 4300 digits, a request that is not an object): exit 2, one
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from runtime.canonical import MAX_JSON_DEPTH, NON_FINITE, NUL_CHARACTER, TOO_DEEP, TOO_MANY_DIGITS, UNPAIRED_SURROGATE
-from tests.support.env import BROKER_URL, REPO
+from tests.support.env import BROKER_URL, REPO, process_environ
 from tests.support.requests import scripted_request
 from tests.support.suspensions import READ_ONE, assert_unchanged, snapshot, suspended_run
 
@@ -33,7 +32,7 @@ def nested(levels: int) -> str:
 
 
 def run_cli(db_url: str, jobs: dict[str, list[str | bytes]]) -> dict[str, subprocess.CompletedProcess[str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+    env = process_environ()
     env.update({"AIDAWORK_DATABASE_URL": db_url, "AIDAWORK_BROKER_URL": BROKER_URL})
     results: dict[str, subprocess.CompletedProcess[str]] = {}
     names = list(jobs)

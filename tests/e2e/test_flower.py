@@ -1,7 +1,8 @@
 """Flower (``aidawork flower``) on the same broker sees the real workers (by their stable
 node names) and every round task, and a round task's arguments are ids only: no prompt or
 input text reaches the broker or Flower. The reconciler's ticks (``aidawork beat``) are no
-tasks, so they are absent from Flower's task list. With AIDAWORK_FLOWER_BASIC_AUTH,
+tasks, so they are absent from Flower's task list. The worker sends task events only once
+Flower has turned them on (its ``enable_events`` broadcast). With AIDAWORK_FLOWER_BASIC_AUTH,
 Flower refuses requests without the credentials (and never logs them)."""
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ def test_flower_lists_the_worker_and_round_tasks_whose_args_are_ids_only_and_no_
         return flower.get("/api/workers", params={"status": "1"}).json().get(node) is True
 
     wait_until(worker_alive_in_events, timeout_s=WAIT_S, interval_s=0.2, what="Flower to receive the worker's events")
+    # Task events are off in a worker until a monitor asks (worker.ops.celery_app): Flower's
+    # enable_events broadcast (every 5 s) turns them on, as Celery's log line says.
+    wait_events(cluster, "w1", "Events of group {task} enabled by remote.", count=1)
 
     request = scripted_request(
         [{"tool_calls": [{"name": "echo", "args": {"said": SECRET_INPUT}}]}, {"content": "ok"}],

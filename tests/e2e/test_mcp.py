@@ -7,7 +7,6 @@ it. A client process that cannot reach a server refuses runs that enable its too
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from runtime.toolsets.mcp_sessions import McpToolset
 from tests.support.api import free_port
 from tests.support.cluster import Cluster, wait_events, wait_exit, wait_ready
 from tests.support.db import rows, wait_suspended, wait_terminal
-from tests.support.env import BROKER_URL, REPO
+from tests.support.env import BROKER_URL, REPO, process_environ
 from tests.support.mcp import TIME_SERVER, HttpMcpServer, stdio_processes
 from tests.support.requests import scripted_request
 from worker import client
@@ -112,7 +111,7 @@ def test_a_client_that_cannot_reach_a_server_refuses_runs_enabling_its_tools_for
 ) -> None:
     request = tmp_path / "request.json"
     request.write_text(json.dumps(scripted_request([{"content": "hi"}], tools=["mcp__web__stamp"])))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+    env = process_environ()
     env.update({"AIDAWORK_DATABASE_URL": db_url, "AIDAWORK_BROKER_URL": BROKER_URL,
                 "AIDAWORK_MCP_SERVERS": json.dumps({"web": {"url": f"http://127.0.0.1:{free_port()}/mcp"}})})
 

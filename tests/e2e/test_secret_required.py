@@ -5,7 +5,6 @@ secret), unless AIDAWORK_DEV=1; with the secret or in development they start and
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import Any
@@ -13,13 +12,13 @@ from typing import Any
 import pytest
 
 from tests.support.cluster import Cluster, wait_ready
-from tests.support.env import BROKER_URL, REPO
+from tests.support.env import BROKER_URL, REPO, process_environ
 from tests.support.requests import scripted_request
 from worker import client
 
 
 def _bare_env(db_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+    env = process_environ()
     env.update(
         {
             "AIDAWORK_DATABASE_URL": db_url,

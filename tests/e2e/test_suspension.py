@@ -5,7 +5,6 @@ reconciler with the resumed call run to completion exactly once."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from sqlalchemy import Engine
 from schema.store.bodies import event_data_sql, message_body_sql
 from tests.support.cluster import Cluster, events, node_name, wait_exit, wait_ready
 from tests.support.db import calls_per_boundary, model_calls, round_rows, rows, run_row, wait_suspended, wait_terminal
-from tests.support.env import BROKER_URL, REPO, broker_app
+from tests.support.env import BROKER_URL, REPO, broker_app, process_environ
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
@@ -57,7 +56,7 @@ def node_of(cluster: Cluster, name: str) -> str:
 
 
 def cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+    env = process_environ()
     env.update({"AIDAWORK_DATABASE_URL": db_url, "AIDAWORK_BROKER_URL": BROKER_URL})
     return subprocess.run(
         [sys.executable, "-m", "worker.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60

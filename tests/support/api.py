@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 
 from tests.support.cluster import assert_json_lines
 from tests.support.db import rows
-from tests.support.env import BROKER_URL, REPO, WAIT_S, xdist_index
+from tests.support.env import BROKER_URL, REPO, WAIT_S, process_environ, xdist_index
 from tests.support.wait import wait_until
 from worker.engine.bootstrap import WorkerContext
 
@@ -82,7 +82,7 @@ class ApiServer:
     def __init__(self, db_url: str, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.log_path = log_path
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+        env = process_environ()
         env.update(
             {
                 "AIDAWORK_DATABASE_URL": db_url,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.env import BROKER_URL, FAST_ENV, REPO, WAIT_S, broker_app
+from tests.support.env import BROKER_URL, FAST_ENV, REPO, WAIT_S, broker_app, process_environ
 from tests.support.wait import wait_until
 
 
@@ -29,7 +29,7 @@ class Cluster:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+        env = process_environ()
         env.update(FAST_ENV)
         env.update({"AIDAWORK_DATABASE_URL": self.db_url, "AIDAWORK_BROKER_URL": BROKER_URL})
         env.update(extra or {})
@@ -172,7 +172,7 @@ def cli(db_url: str, *args: str, env: dict[str, str] | None = None,
         stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """One ``aidawork`` client command on the test database and broker; ``env``: its only
     other ``AIDAWORK_*`` settings."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("AIDAWORK_")}
+    full = process_environ()
     full.update({"AIDAWORK_DATABASE_URL": db_url, "AIDAWORK_BROKER_URL": BROKER_URL, **(env or {})})
     return subprocess.run(
         [sys.executable, "-m", "worker.cli", *args], cwd=REPO, env=full, input=stdin, capture_output=True, text=True,

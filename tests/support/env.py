@@ -44,6 +44,26 @@ FAST_ENV = {
     "AIDAWORK_DEV": "1",
 }
 
+# What the processes a test starts take from the test's own environment: everything but
+# the AIDAWORK_ settings (each test gives its processes theirs), except these, which set
+# the mode the whole suite runs in (.ci/run runs the e2e tier once with the stock broker).
+INHERITED = ("AIDAWORK_STOCK_BROKER",)
+
+
+def process_environ(*strip: str) -> dict[str, str]:
+    """This process's environment for a process a test starts: no ``AIDAWORK_`` variables
+    (nor any starting with one of ``strip``) but ``INHERITED``."""
+    prefixes = ("AIDAWORK_", *strip)
+    return {k: v for k, v in os.environ.items() if k in INHERITED or not k.startswith(prefixes)}
+
+
+def stock_broker() -> bool:
+    """Whether the suite runs with the stock kombu transport and Celery consumer."""
+    from worker.ops.settings import Settings
+
+    return Settings(broker_url=BROKER_URL).stock_broker
+
+
 WAIT_S = 60.0  # generous: a loaded 2-core machine boots a Celery worker in a few seconds
 
 

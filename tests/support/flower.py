@@ -14,7 +14,7 @@ import httpx
 
 from tests.support.api import free_port
 from tests.support.cluster import assert_json_lines
-from tests.support.env import BROKER_URL, REPO, WAIT_S
+from tests.support.env import BROKER_URL, REPO, WAIT_S, process_environ
 from tests.support.wait import wait_until
 
 
@@ -23,7 +23,7 @@ def running_flower(db_url: str, log_path: Path, extra_env: dict[str, str] | None
     """Flower up (answering /healthcheck), as an HTTP client on it; killed afterwards, and
     its log checked to be JSON lines only."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIDAWORK_", "FLOWER_"))}
+    env = process_environ("FLOWER_")
     env.update({"AIDAWORK_BROKER_URL": BROKER_URL, "AIDAWORK_DATABASE_URL": db_url, **(extra_env or {})})
     with log_path.open("ab") as log:
         proc = subprocess.Popen(

@@ -55,7 +55,7 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
         self.tool_invocations: list[dict[str, Any]] = []  # in id order
         self.messages: list[dict[str, Any]] = []  # in id order
         self.events: list[dict[str, Any]] = []
-        self.model_calls: list[dict[str, Any]] = []  # a call's id is its index + 1
+        self.model_calls: list[dict[str, Any]] = []  # ids ascending, as the table's identity
         self.local_reads: dict[tuple[UUID, str, str], dict[str, Any]] = {}
         self.prerequisites: dict[tuple[UUID, str], Any] = {}
         self.answers: dict[tuple[UUID, str], tuple[str, Any]] = {}
@@ -137,6 +137,7 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
         holder: UUID,
         resume_of: list[str] | None = None,
         held_fence: int | None = None,
+        start_call_digest: str | None = None,
     ) -> Claim | None:
         with self._lock:
             self.calls.append("claim_round")
@@ -154,6 +155,13 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
             recorded = self._recorded(run_id, boundary_seq) if resume_of is None else None
             # A resume, or a round with an accepted response to go on from, executes at once.
             run.execution_fence = None if resume_of is None and recorded is None else run.claim_fence
+            started_call_id = None
+            if resume_of is None and recorded is None and start_call_digest is not None and not self.budgets.get(
+                run.owner
+            ):
+                run.execution_fence = run.claim_fence  # a warm claim starts the round's call
+                started_call_id = self._new_call(run_id, boundary_seq, run.round_attempts + 1, run.claim_fence,
+                                                 start_call_digest, reserved=None)
             run.round_holders.append(holder)
             run.dispatched_at = self._now()
             cp = self.checkpoints[run_id]
@@ -184,6 +192,7 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
                     for c in self.model_calls
                     if (c["run_id"], c["boundary_seq"]) == (run_id, boundary_seq) and c["claim_fence"] < run.claim_fence
                 ),
+                started_call_id=started_call_id,
             )
 
     def _claimable(self, run: RunRow, boundary_seq: int, held: int, resume_of: list[str] | None) -> bool:
@@ -271,26 +280,33 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
             run = self._held(run_id, fence, status=None)
             run.execution_fence = fence
             reserved = self._reserve(run_id, run.owner, estimate_tokens)
-            self.model_calls.append(
-                {
-                    "id": len(self.model_calls) + 1,
-                    "run_id": run_id,
-                    "boundary_seq": boundary_seq,
-                    "attempt": attempt,
-                    "claim_fence": fence,
-                    "status": "started",
-                    "request_digest": request_digest,
-                    "response_digest": None,
-                    "response": None,
-                    "input_tokens": None,
-                    "output_tokens": None,
-                    "error_code": None,
-                    "stale": False,
-                    "reserved_tokens": estimate_tokens if reserved else None,
-                    "reservation_open": reserved,
-                }
-            )
-            return len(self.model_calls)
+            return self._new_call(run_id, boundary_seq, attempt, fence, request_digest,
+                                  reserved=estimate_tokens if reserved else None)
+
+    def _new_call(
+        self, run_id: UUID, boundary_seq: int, attempt: int, fence: int, request_digest: str, *, reserved: int | None
+    ) -> int:
+        call_id = max((c["id"] for c in self.model_calls), default=0) + 1
+        self.model_calls.append(
+            {
+                "id": call_id,
+                "run_id": run_id,
+                "boundary_seq": boundary_seq,
+                "attempt": attempt,
+                "claim_fence": fence,
+                "status": "started",
+                "request_digest": request_digest,
+                "response_digest": None,
+                "response": None,
+                "input_tokens": None,
+                "output_tokens": None,
+                "error_code": None,
+                "stale": False,
+                "reserved_tokens": reserved,
+                "reservation_open": reserved is not None,
+            }
+        )
+        return call_id
 
     def record_model_call_finished(
         self,
@@ -303,15 +319,17 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
         output_tokens: int | None,
         error_code: str | None,
         response: JsonMapping | None = None,
+        request_digest: str | None = None,
     ) -> None:
         with self._lock:
             self.calls.append("record_model_call_finished")
-            call = self.model_calls[call_id - 1] if 0 < call_id <= len(self.model_calls) else None
+            call = next((c for c in self.model_calls if c["id"] == call_id), None)
             if call is None or (call["run_id"], call["claim_fence"], call["status"]) != (run_id, fence, "started"):
                 raise FenceLost(run_id, fence)  # not this holder's started call: nothing written
             run = self.runs.get(run_id)
             call.update(
                 status="failed" if error_code else "succeeded",
+                request_digest=request_digest or call["request_digest"],
                 response_digest=response_digest,
                 response=None if error_code or response is None else as_json(response),
                 input_tokens=input_tokens,
@@ -323,6 +341,14 @@ class InMemoryStore(SuspensionOps, RebuildOps, BudgetOps):
                 self._settle(run.owner, call, (input_tokens or 0) + (output_tokens or 0))
             if call["stale"]:
                 raise FenceLost(run_id, fence)
+
+    def drop_unused_model_call(self, call_id: int, run_id: UUID, fence: int) -> None:
+        with self._lock:
+            self.calls.append("drop_unused_model_call")
+            self.model_calls = [
+                c for c in self.model_calls
+                if (c["id"], c["run_id"], c["claim_fence"], c["status"]) != (call_id, run_id, fence, "started")
+            ]
 
     def commit_round(self, record: RoundRecord) -> Committed:
         with self._lock:

@@ -7,6 +7,10 @@ run. A pattern subscription keeps this simple and correct (no subscribe / unsubs
 racing the reader); the price is that an API process with any stream open receives the
 deltas of every running run, which is small next to the durable event reads.
 
+The workers publish deltas only while a reader watches (``worker.ops.deltas``): while it
+has listeners, the reader says so when it subscribes and every ``WATCH_REFRESH_S``
+(``announce``).
+
 Deltas are best effort: with Redis unreachable a stream carries its durable events only,
 and the reader retries the connection every ``RETRY_S``.
 """
@@ -17,17 +21,37 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
 import structlog
 
-from worker.ops.deltas import CHANNEL_PATTERN, CHANNEL_PREFIX, RunDelta, decode
+from worker.ops.deltas import (
+    CHANNEL_PATTERN,
+    CHANNEL_PREFIX,
+    WATCH_REFRESH_S,
+    WATCH_TTL_S,
+    WATCHERS_KEY,
+    RunDelta,
+    decode,
+    redis_db,
+    watchers_channel,
+)
 
 log = structlog.get_logger("aidawork.api")
 
 LISTENER_LIMIT = 1000  # deltas a stream holds for a slow client; more are dropped
 RETRY_S = 1.0
 READY_WAIT_S = 1.0  # a stream that starts the reader waits this long for its subscription
+
+
+async def announce(client: Any, *, started: bool) -> None:
+    """``worker.ops.deltas.announce_watcher`` on an asyncio client: this process watches."""
+    pipe = client.pipeline(transaction=False)
+    pipe.set(WATCHERS_KEY, b"1", ex=WATCH_TTL_S)
+    if started:
+        pipe.publish(watchers_channel(redis_db(client)), b"1")
+    await pipe.execute()
 
 
 @dataclass(eq=False)
@@ -101,13 +125,20 @@ class DeltaHub:
         while self._listeners:
             client = aioredis.Redis.from_url(url, socket_connect_timeout=2.0)
             pubsub = client.pubsub()
+            announced_at: float | None = None  # subscribed, and the workers told (loop time)
+            loop = asyncio.get_running_loop()
             try:
                 await pubsub.psubscribe(CHANNEL_PATTERN)
                 while self._listeners:
+                    if announced_at is not None and loop.time() - announced_at >= WATCH_REFRESH_S:
+                        await announce(client, started=False)
+                        announced_at = loop.time()
                     message = await pubsub.get_message(timeout=1.0)
                     if message is None:
                         continue
                     if message["type"] == "psubscribe":
+                        await announce(client, started=True)
+                        announced_at = loop.time()
                         self._down = False
                         self._ready.set()
                     elif message["type"] == "pmessage":

@@ -11,7 +11,15 @@ per round (py-spy). Here the loop flushes every ``EVENTS_FLUSH_S`` instead (and 
 own flush at 24 buffered events stays), so a busy worker sends one message for the
 events of many rounds, and a round's thread does not wake the loop for them. Flower
 sees every event as before, at most ``EVENTS_FLUSH_S`` later. What is still buffered
-when the consumer shuts down is flushed first."""
+when the consumer shuts down is flushed first.
+
+Task events are off until a monitor turns them on (``enable_events``, which Flower
+broadcasts: ``worker.ops.celery_app``); the dispatcher buffers the ``task`` group either
+way, so this timer flushes them from the moment they are on (until then it finds the
+buffer empty: no Redis command).
+
+Overrides Celery's private methods: used only with the tested Celery versions, and not
+with ``AIDAWORK_STOCK_BROKER`` (``worker.ops.celery_app``)."""
 
 from __future__ import annotations
 

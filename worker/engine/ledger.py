@@ -29,13 +29,42 @@ from worker.ops.rate_limits import CallGate
 log = structlog.get_logger("aidawork.round")
 
 
+class PrestartedCall:
+    """The ledger row a warm claim wrote for the round's first model call
+    (``Claim.started_call_id``): the first call takes it; a row no call took (the round
+    ended or was given back before calling) is dropped at the round's end, so the ledger
+    holds only calls that may have been made. A holder that dies leaves the row: whether
+    its call was made is unknown, and it is counted as made."""
+
+    def __init__(self, claim: Claim) -> None:
+        self._claim = claim
+        self._call_id = claim.started_call_id
+
+    def take(self) -> int | None:
+        call_id, self._call_id = self._call_id, None
+        return call_id
+
+    def drop_if_unused(self, ctx: WorkerContext) -> None:
+        call_id = self.take()
+        if call_id is None:
+            return
+        try:
+            ctx.store.drop_unused_model_call(call_id, self._claim.run_id, self._claim.fence)
+        except Exception as exc:  # the round's own outcome matters more; the row stays
+            log.warning("unused_model_call_kept", error=type(exc).__name__)
+
+
 class LedgerHooks:
     """Writes the model-call ledger around the call: a row before (fenced, so a stale
     holder never pays for a call) and its outcome, usage and accepted response right
     after - recorded even when the fence was lost while the call was in flight (marked
     stale; then FenceLost). A round that goes on from an earlier holder's response writes
     nothing: that call is on the ledger already. With a rate limit (``gate``) the call
-    first waits its turn, before its ledger row: a round given back to wait never paid."""
+    first waits its turn, before its ledger row: a round given back to wait never paid.
+
+    A warm claim may have written the first call's row itself (``PrestartedCall``): that
+    call is made under it with no statement before it, and its "after" statement writes
+    the request really sent."""
 
     def __init__(
         self,
@@ -45,6 +74,7 @@ class LedgerHooks:
         gate: CallGate | None = None,
         *,
         max_output_tokens: int = 0,
+        prestarted: PrestartedCall | None = None,
     ) -> None:
         self._ctx = ctx
         self._claim = claim
@@ -52,6 +82,8 @@ class LedgerHooks:
         self._gate = gate
         self._max_output_tokens = max_output_tokens
         self._call_id: int | None = None
+        self._request_digest: str | None = None
+        self._prestarted = prestarted
         # A claim that is not the round's first may follow a holder that streamed part of
         # this round already; so may a second model call under this claim (a rebuild).
         # (An earlier claim's call at this boundary is on the ledger, whether or not its
@@ -65,12 +97,18 @@ class LedgerHooks:
         if self._gate is not None:
             self._gate.wait_turn(input_tokens, c.run_id, c.boundary_seq, c.route)
         estimate = input_tokens + self._max_output_tokens
-        try:
-            self._call_id = self._ctx.store.record_model_call_started(
-                c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest, estimate
-            )
-        except BudgetRefused as refused:
-            raise refusal_error(refused) from None  # the call is not made
+        self._request_digest = request_digest
+        prestarted = self._prestarted.take() if self._prestarted is not None else None
+        if prestarted is not None:
+            # The claim wrote this call's row (no rate limit, no budget: nothing to wait for).
+            self._call_id = prestarted
+        else:
+            try:
+                self._call_id = self._ctx.store.record_model_call_started(
+                    c.run_id, c.boundary_seq, c.attempt, c.fence, request_digest, estimate
+                )
+            except BudgetRefused as refused:
+                raise refusal_error(refused) from None  # the call is not made
         log.debug("model_called", messages=len(request.messages))
         self._observation.model_call_started()
         failpoints.hit("in_model_call", owner=c.owner)
@@ -89,6 +127,7 @@ class LedgerHooks:
             output_tokens=response.usage.output_tokens if response else None,
             error_code=error.code if error else None,
             response=_storable(response),
+            request_digest=self._request_digest,
         )
         failpoints.hit("after_model_call", owner=self._claim.owner)
 

@@ -211,7 +211,7 @@ def cmd_worker(concurrency: int | None = None) -> int:
                 f"--queues={','.join(queues)}",
                 f"--hostname={node}",
                 f"--loglevel={settings.log_level}",
-                "--task-events",
+                # No --task-events: Flower turns them on (enable_events, worker.ops.celery_app).
                 "--without-mingle",
                 "--without-gossip",
             ]

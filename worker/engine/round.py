@@ -26,7 +26,7 @@ from runtime.context import loaded_context
 from runtime.deps import OrchestratorDeps
 from runtime.errors import ModelUnavailable, RequestInvalid
 from runtime.hooks import RoundHooks
-from runtime.loop import drive_react_loop
+from runtime.loop import drive_react_loop, request_digest
 from runtime.outcomes import Continue, RebuildRequired, RoundResult, Suspend
 from runtime.prepare import prepare_turn
 from runtime.proofs import ROUND_PROOF_INVALID
@@ -43,7 +43,7 @@ from schema.wire.record import Committed, RoundRecord
 from worker.engine import failpoints
 from worker.engine.bootstrap import WorkerContext
 from worker.engine.budget import park_for_budget
-from worker.engine.ledger import LedgerHooks
+from worker.engine.ledger import LedgerHooks, PrestartedCall
 from worker.engine.rebuild import rebuild_context
 from worker.ops.celery_app import send_next_runs, send_or_defer
 from worker.ops.logging import bind
@@ -72,6 +72,7 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     cached = ctx.runtime.contexts.get(task.run_id)
     claim_started_ns = time.time_ns()
     held_fence = ctx.leases.take_unreleased(task.run_id)
+    start_call_digest = _expected_request(ctx, cached)
     claim = claim_or_refuse(
         ctx,
         task.run_id,
@@ -84,12 +85,30 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
             cold=cached is None,
             holder=ctx.leases.worker_id,
             held_fence=held_fence,
+            start_call_digest=start_call_digest,
         ),
         resume=False,
     )
     if claim is None:
         return RoundDisposition.DROPPED
-    return run_claimed(ctx, claim, cached, drive_react_loop, ctx.observe.claimed(claim, claim_started_ns, resume=False))
+    prestarted = PrestartedCall(claim)
+    try:
+        observation = ctx.observe.claimed(claim, claim_started_ns, resume=False)
+        return run_claimed(ctx, claim, cached, drive_react_loop, observation, prestarted)
+    finally:
+        prestarted.drop_if_unused(ctx)
+
+
+def _expected_request(ctx: WorkerContext, cached: RunState | None) -> str | None:
+    """The digest of the request this process expects the round to send, from its cached
+    context (no new message since it cached it): with it, the claim writes the round's
+    before-call ledger row in its own statement. None when the context is not cached, or
+    when the call first waits for a rate limit's turn (no row before that)."""
+    if cached is None or cached.deps is None:
+        return None
+    if ctx.rate_limits is not None and ctx.rate_limits.gate_for(cached.deps.call_limit) is not None:
+        return None
+    return request_digest(cached.deps, cached.history_digest)
 
 
 def claim_or_refuse(
@@ -150,11 +169,16 @@ def round_at_fault(exc: BaseException) -> bool:
 
 
 def run_claimed(
-    ctx: WorkerContext, claim: Claim, cached: RunState | None, step: RoundStep, observation: RoundObservation
+    ctx: WorkerContext,
+    claim: Claim,
+    cached: RunState | None,
+    step: RoundStep,
+    observation: RoundObservation,
+    prestarted: PrestartedCall | None = None,
 ) -> RoundDisposition:
     """Everything after a successful claim, for a round and for a resume alike;
     ``cached`` is this process's cached state of the run, if any; ``observation`` gets
-    the round's metrics and spans."""
+    the round's metrics and spans; ``prestarted``: the before-call row the claim wrote."""
     bind(claim_fence=claim.fence)
     log.info("round_claimed", attempt=claim.attempt, cold=cached is None)
     exhausted = _attempts_exhausted(claim, ctx.settings.max_round_attempts)
@@ -189,7 +213,9 @@ def run_claimed(
     try:
         deps = _deps(state)
         gate = ctx.rate_limits.gate_for(deps.call_limit) if ctx.rate_limits is not None else None
-        hooks = LedgerHooks(ctx, claim, observation, gate, max_output_tokens=deps.max_output_tokens)
+        hooks = LedgerHooks(
+            ctx, claim, observation, gate, max_output_tokens=deps.max_output_tokens, prestarted=prestarted
+        )
         observation.using_model(deps.provider, deps.model_name, deps.model_config)
         with ctx.leases.holding(claim.run_id, claim.fence), listening(gate):
             result = step(deps, state, hooks)

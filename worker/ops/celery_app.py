@@ -19,13 +19,22 @@
   round never holds a backlog hostage.
 - JSON only, and task arguments are ids only (run id, boundary), so Flower never shows
   prompts, file bodies or secrets.
-- Task events on (``worker_send_task_events``): Flower sees every task from received to
-  succeeded or failed. No ``task-sent`` event (``task_send_sent_event`` off): it would
-  cost every round one more event publish (about 4 % of a worker's CPU per round) to say
-  what ``task-received`` says a moment later; a task Flower lists is one a worker took.
-  The worker sends its task events in batches, every 0.1 s (``worker.engine.consumer``), not one
-  message per event. The only tasks are rounds (run and resume): the reconciler is no task, it runs inside
-  ``aidawork beat`` on its timer (``worker.engine.reconcile``), so Flower lists work, not ticks.
+- Task events only while a monitor asks for them: off by default
+  (``worker_send_task_events``), so a round publishes none. Flower turns them on at every
+  worker with the ``enable_events`` broadcast, every 5 s while it runs, the first 5 s
+  after it starts (its ``--enable_events`` option, on by default), so workers started
+  later get it too; from then on Flower sees every task from received to succeeded or failed. They stay on in a
+  worker until it restarts or is sent ``disable_events`` (``celery -b <broker>
+  control disable_events``; ``enable_events`` turns them on without Flower). The worker's
+  heartbeat (Celery's ``worker-heartbeat`` event, every 2 s, not per round) keeps its event
+  dispatcher open, which is what lets the broadcast turn task events on. No
+  ``task-sent`` event (``task_send_sent_event`` off): it would cost every round one more
+  event publish (about 4 % of a worker's CPU per round) to say what ``task-received``
+  says a moment later; a task Flower lists is one a worker took. When on, the worker
+  sends its task events in batches, every 0.1 s (``worker.engine.consumer``), not one
+  message per event. The only tasks are rounds (run and resume): the reconciler is no
+  task, it runs inside ``aidawork beat`` on its timer (``worker.engine.reconcile``), so
+  Flower lists work, not ticks.
 - No result backend: outcomes live in PostgreSQL.
 - Fair share and priorities (``runtime.shares``): AIDAWORK_ROUND_QUEUES round queues
   (``aidawork.rounds.0`` ...), all consumed by every worker, served one message per turn
@@ -49,6 +58,12 @@
   when the claim was given back, so the reconciler re-sends it after the eta plus the
   dispatch grace. Countdowns are capped (``worker.ops.rate_limits.MAX_COUNTDOWN_S``), so a
   worker holds no message for long.
+- Two fast paths override private methods of kombu and Celery: the Redis transport
+  (``worker.engine.broker``) and the worker's consumer (``worker.engine.consumer``). They
+  are used only with the versions they were tested with (``TESTED``, pinned the same in
+  pyproject.toml); with any other installed version the stock classes are used, with a
+  ``broker_overrides_disabled`` warning, and ``AIDAWORK_STOCK_BROKER`` selects the stock
+  classes whatever the versions (``fast_paths``). CI runs the e2e suite once that way.
 - No app is built at import time: ``create_app(settings)`` builds one from the settings it
   is given, ``app_for`` keeps one per broker per process (publishing reuses its
   connections), and ``get_app()`` is this process's, from the environment, on first use
@@ -58,9 +73,11 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
+from importlib.metadata import version as package_version
 from typing import TypedDict
 from uuid import UUID, uuid4
 
@@ -74,6 +91,8 @@ from schema.wire import OriginalToolRoundResume
 from schema.wire.json import JsonValue
 from schema.wire.route import MAX_PRIORITY, Route
 from worker.ops.settings import Settings, get_settings
+
+log = structlog.get_logger("aidawork.dispatch")
 
 ROUNDS_QUEUE = "aidawork.rounds"  # the prefix of the round queues' names
 RUN_ROUND_TASK = "aidawork.run_round"
@@ -101,13 +120,64 @@ def redis_broker(settings: Settings) -> bool:
     return settings.broker_url.startswith(("redis:", "rediss:"))
 
 
+# The versions of the libraries whose private methods worker.engine.broker and
+# worker.engine.consumer override, as tested: at least the first, below the second.
+# pyproject.toml pins the same ranges.
+TESTED: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "kombu": ((5, 7), (5, 8)),
+    "celery": ((5, 7), (5, 8)),
+}
+STOCK_CONSUMER = "celery.worker.consumer:Consumer"  # Celery's default worker_consumer
+
+
+def installed_version(package: str) -> str:
+    return package_version(package)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``5.7.0`` -> (5, 7, 0); a pre-release's leading numbers (``5.8.0rc1`` -> (5, 8, 0))."""
+    leading = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(n) for n in leading.group().split(".")) if leading else ()
+
+
+def _dotted(release: tuple[int, ...]) -> str:
+    return ".".join(map(str, release))
+
+
+def untested_versions() -> dict[str, str]:
+    """The installed kombu and Celery versions outside ``TESTED`` (name: version)."""
+    found = {}
+    for package, (lowest, below) in TESTED.items():
+        version = installed_version(package)
+        if not lowest <= _release(version) < below:
+            found[package] = version
+    return found
+
+
+def fast_paths(settings: Settings) -> bool:
+    """Whether this process uses aidawork's transport and consumer (see the docstring):
+    not with ``AIDAWORK_STOCK_BROKER``, nor with untested kombu or Celery versions (then
+    with a warning)."""
+    if settings.stock_broker:
+        return False
+    untested = untested_versions()
+    if untested:
+        tested = {name: f">={_dotted(low)},<{_dotted(high)}" for name, (low, high) in TESTED.items()}
+        log.warning("broker_overrides_disabled", installed=untested, tested=tested,
+                    detail="kombu's stock Redis transport and Celery's stock consumer are used instead")
+        return False
+    return True
+
+
 def create_app(settings: Settings) -> Celery:
     """A Celery app on ``settings.broker_url``, with the delivery semantics above."""
+    fast = fast_paths(settings)
     app = Celery("aidawork", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
-        # kombu's Redis transport, reusing one client per channel (worker/engine/broker.py).
-        broker_transport="worker.engine.broker:Transport" if redis_broker(settings) else None,
+        # kombu's Redis transport, reusing one client per channel (worker/engine/broker.py);
+        # None: the broker URL's stock transport.
+        broker_transport="worker.engine.broker:Transport" if fast and redis_broker(settings) else None,
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             # No unacked copies in Redis, so no visibility timeout (see the docstring).
@@ -118,8 +188,9 @@ def create_app(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_send_task_events=True,
-        worker_consumer="worker.engine.consumer:Consumer",  # task events flushed on a timer
+        worker_send_task_events=False,  # until a monitor broadcasts enable_events (see above)
+        # Task events flushed on a timer (worker/engine/consumer.py), or Celery's own.
+        worker_consumer="worker.engine.consumer:Consumer" if fast else STOCK_CONSUMER,
         task_send_sent_event=False,  # see the module's docstring
         task_publish_retry=True,
         task_publish_retry_policy=PUBLISH_RETRY_POLICY,
@@ -163,8 +234,6 @@ def __getattr__(name: str) -> Celery:
         return get_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-log = structlog.get_logger("aidawork.dispatch")
 
 
 class _PublishOptions(TypedDict, total=False):

@@ -11,6 +11,17 @@
 - A message is JSON ``{"kind", "round", "attempt", "delta"}``; ``kind`` is
   ``model_delta`` or ``model_stream_restarted`` (sent before the first delta of a round
   whose earlier attempt may have streamed: a client discards what it showed of it).
+- Only while someone watches: a process publishes deltas only while a reader has said it
+  watches (``announce_watcher``): readers keep the key ``WATCHERS_KEY`` alive (a TTL
+  refreshed while they read) and, when they subscribe, publish a notice on
+  ``watchers_channel`` (one per Redis database), which each publisher receives on a
+  subscription of its own, so it publishes from that moment on. A publisher that nobody
+  watches drops its deltas without a Redis command; it reads the key (one ``EXISTS``) at
+  most once per ``WATCH_CHECK_S`` while its rounds stream, which both stops it publishing
+  once the last reader is gone (the key expired) and starts it again if it missed a
+  notice (a reconnect). So a round costs no ``PUBLISH`` with nobody watching; a reader
+  that arrives mid-round gets that round's deltas from about then on (the durable
+  ``model_responded`` carries the whole text anyway).
 - Readers (the HTTP API's stream, ``client.events(..., deltas=True)``) keep the order
   they receive, and drop a delta of a round whose ``model_responded`` they have passed on
   already (``DeltaOrder``): deltas are published before the round commits, so this only
@@ -19,6 +30,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import threading
@@ -44,6 +56,12 @@ QUEUE_LIMIT = 10_000  # deltas waiting for the publisher thread at most; more ar
 _BATCH = 500
 COALESCE_S = 0.005
 FLUSH_S = 0.25  # the longest a round waits for its deltas to be sent
+# Readers watching (see the module's docstring): a key alive while any reader reads, and a
+# channel to say one started. Neither matches CHANNEL_PATTERN.
+WATCHERS_KEY = "aidawork:delta-watchers"
+WATCH_TTL_S = 10  # the key's life after a reader's last refresh
+WATCH_REFRESH_S = 3.0  # a reader refreshes the key this often while it reads
+WATCH_CHECK_S = 1.0  # a publisher reads the key at most this often, and only while it has deltas
 
 DeltaKind = Literal["model_delta", "model_stream_restarted"]
 
@@ -57,6 +75,28 @@ class DeltaData(TypedDict):
 
 def channel(run_id: UUID | str) -> str:
     return f"{CHANNEL_PREFIX}{run_id}"
+
+
+def watchers_channel(db: int) -> str:
+    """Where readers of Redis database ``db`` say they started watching (pub/sub channels
+    are shared by every database of a server; the key is the database's own)."""
+    return f"aidawork:delta-watchers:{db}"
+
+
+def redis_db(client: object) -> int:
+    """The database number a redis-py client (sync or asyncio) was made for."""
+    pool = getattr(client, "connection_pool", None)
+    return int(getattr(pool, "connection_kwargs", {}).get("db", 0) or 0)
+
+
+def announce_watcher(client: redis.Redis, *, started: bool) -> None:
+    """A reader watches (see the module's docstring): the key's TTL renewed, and when it
+    ``started`` (subscribed), the publishers told at once."""
+    pipe = client.pipeline(transaction=False)
+    pipe.set(WATCHERS_KEY, b"1", ex=WATCH_TTL_S)
+    if started:
+        pipe.publish(watchers_channel(redis_db(client)), b"1")
+    pipe.execute()
 
 
 @dataclass(frozen=True)
@@ -133,7 +173,13 @@ class DeltaPublisher:
     """Publishes deltas from any thread without blocking it (see the module docstring)."""
 
     def __init__(self, url: str) -> None:
+        self._url = url
         self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        # Whether a reader watches: unknown until the key is first read (so the first deltas
+        # are queued, and the publisher thread reads it before sending them).
+        self.watched = True
+        self._checked_at = float("-inf")  # monotonic time of the last read of the key
+        self._notices = 0  # watch notices received (a read of the key older than one is stale)
         self._pending: deque[tuple[str, RunDelta]] = deque()  # appends and pops are atomic
         self._waiting = threading.Event()
         self._urgent = threading.Event()  # a flush is waiting: no coalescing
@@ -144,10 +190,16 @@ class DeltaPublisher:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.dropped = 0
+        self.unwatched = 0  # deltas not published: nobody watched
 
     def publish(self, run_id: UUID, delta: RunDelta) -> None:
         if self._thread is None:
             self._start()
+        if not self.watched:
+            self.unwatched += 1
+            if time.monotonic() - self._checked_at >= WATCH_CHECK_S:
+                self._waiting.set()  # the publisher thread reads the key again
+            return
         if len(self._pending) >= QUEUE_LIMIT:
             self.dropped += 1
             log.debug("model_delta_dropped", reason="queue_full")
@@ -171,6 +223,7 @@ class DeltaPublisher:
     def _start(self) -> None:
         with self._lock:
             if self._thread is None:
+                threading.Thread(target=self._listen, name="aidawork-delta-watchers", daemon=True).start()
                 self._thread = threading.Thread(target=self._run, name="aidawork-deltas", daemon=True)
                 self._thread.start()
 
@@ -182,12 +235,49 @@ class DeltaPublisher:
             self._urgent.wait(COALESCE_S)
             self._urgent.clear()
             self._waiting.clear()
+            self._check_watched()
             while self._pending:
                 batch = [self._pending.popleft() for _ in range(min(_BATCH, len(self._pending)))]
-                self._send(batch)
+                if self.watched:
+                    self._send(batch)
+                else:
+                    self.unwatched += len(batch)
                 with self._done:
                     self._sent += len(batch)
                     self._done.notify_all()
+
+    def _check_watched(self) -> None:
+        """Read ``WATCHERS_KEY`` if the last read is ``WATCH_CHECK_S`` old (publisher thread)."""
+        now = time.monotonic()
+        if now - self._checked_at < WATCH_CHECK_S:
+            return
+        notices = self._notices
+        try:
+            watched = bool(self._redis.exists(WATCHERS_KEY))
+        except Exception:  # Redis unreachable: publishing fails too, and says so
+            watched = True
+        self._checked_at = now
+        if watched or notices == self._notices:  # no notice came while the key was read
+            self.watched = watched
+
+    def _listen(self) -> None:
+        """Receive the readers' watch notices (a thread of its own, on one connection)."""
+        client = redis.Redis.from_url(self._url, socket_connect_timeout=2.0, socket_keepalive=True)
+        name = watchers_channel(redis_db(client))
+        while True:
+            pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
+            try:
+                pubsub.subscribe(name)
+                for message in pubsub.listen():  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
+                    if message.get("type") == "message":
+                        self._notices += 1
+                        self.watched = True
+            except Exception as exc:
+                log.debug("delta_watchers_listen_failed", error=type(exc).__name__)
+            finally:
+                with contextlib.suppress(Exception):
+                    pubsub.close()
+            time.sleep(1.0)  # then subscribe again; meanwhile the key is read every WATCH_CHECK_S
 
     def _send(self, batch: list[tuple[str, RunDelta]]) -> None:
         try:
@@ -220,10 +310,14 @@ class DeltaSubscription:
     def __init__(self, url: str, run_id: UUID, *, ready_timeout_s: float = 2.0) -> None:
         self._client = redis.Redis.from_url(url, socket_connect_timeout=ready_timeout_s)
         self._pubsub: PubSub | None = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
+        self._announced_at = 0.0
         try:
             self._pubsub.subscribe(channel(run_id))
-            # The confirmation: from here on no delta of the run is missed.
+            # The confirmation, then the publishers told: from here on (once they have the
+            # notice, a moment later) no delta of the run is missed.
             self._pubsub.get_message(ignore_subscribe_messages=False, timeout=ready_timeout_s)
+            announce_watcher(self._client, started=True)
+            self._announced_at = time.monotonic()
         except redis.RedisError as exc:
             log.warning("delta_subscription_failed", error=type(exc).__name__)
             self.close()
@@ -232,6 +326,12 @@ class DeltaSubscription:
         """The next delta received within ``timeout_s`` (0: only one already here)."""
         if self._pubsub is None:
             return None
+        if time.monotonic() - self._announced_at >= WATCH_REFRESH_S:
+            try:
+                announce_watcher(self._client, started=False)
+            except redis.RedisError as exc:
+                log.warning("delta_subscription_failed", error=type(exc).__name__)
+            self._announced_at = time.monotonic()
         deadline = time.monotonic() + timeout_s
         while True:
             try:

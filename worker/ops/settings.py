@@ -121,6 +121,17 @@ class Settings(BaseSettings):
         default=False,
         description="Behind PgBouncer in transaction pooling mode: no server-side prepared statements.",
     )
+    stock_broker: bool = Field(
+        default=False,
+        description="Use kombu's stock Redis transport and Celery's stock worker consumer instead of aidawork's "
+        "faster ones (worker.engine.broker, worker.engine.consumer: one Redis client per channel, fair-share "
+        "key order, batched intake, batched task events), which override private methods of both libraries: "
+        "the switch back should a kombu or Celery release break them. Delivery guarantees are the same; the "
+        "cost per round is higher (Redis commands, worker CPU), and a run's priority then also orders rounds "
+        "across owners' queues (kombu serves every queue's most urgent step first). Outside the kombu and "
+        "Celery versions the overrides were tested with, the stock classes are used anyway, with a "
+        "`broker_overrides_disabled` warning.",
+    )
     log_level: str = Field(
         default="INFO",
         pattern="^(DEBUG|INFO|WARNING|ERROR)$",

@@ -28,7 +28,7 @@ import pytest
 from runtime.errors import RequestInvalid
 from runtime.models.scrub import REDACTED
 from tests.support.api import A, ApiServer, sse
-from tests.support.cluster import Cluster, wait_ready
+from tests.support.cluster import Cluster, wait_events, wait_ready
 from tests.support.db import all_rows_as_text, rows
 from tests.support.env import BROKER_URL, REPO, WAIT_S
 from tests.support.providers import (
@@ -145,6 +145,8 @@ def test_no_key_reaches_any_log_row_event_flower_task_or_status(
     cluster.start_worker("w1", env={**env, "AIDAWORK_LOG_LEVEL": "DEBUG"})
     cluster.start_beat()
     wait_ready(cluster, "w1")
+    # Task events are off until Flower's enable_events broadcast (every 5 s) turns them on.
+    wait_events(cluster, "w1", "Events of group {task} enabled by remote.", count=1)
     models = {
         "openai_error": openai(fake, "err-400"),
         "anthropic_error": anthropic(fake, "err-400"),

@@ -22,6 +22,8 @@ transaction (through ``tx.run_transaction``).
 - ``leases``: heartbeat, release, and the reconciler's query
 - ``workers``: the registry of worker processes
 - ``owners``, ``events``: reads (owner-scoped for the HTTP API; a run's event log)
+- ``audit``: every run's boundaries, fences, messages, events and ledger checked
+  against each other, read-only (``aidawork audit``)
 - ``telemetry``: reads for the operator's metrics and traces
 - ``roots``, ``bodies``: named SQL fragments (a Root's order; a message or event as read)
 - ``tx``: the engine and the one transaction retry helper

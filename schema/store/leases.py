@@ -1,4 +1,5 @@
-"""Leases and dispatch: the heartbeat, giving a claim back, and the reconciler's query.
+"""Leases and dispatch: the heartbeat, giving a claim back, and the reconciler's queries
+(runs due for a re-send; runs whose holder died, taken over without waiting for the lease).
 
 A lease exists (``runs.lease_expires_at`` is not NULL) exactly while a claim holds the
 run and has not given it back: a claim sets it, and every write that gives the run back
@@ -180,5 +181,88 @@ def due_for_dispatch(engine: Engine, *, grace_s: float, limit: int = 500) -> lis
         engine,
         lambda conn: due_for_dispatch_txn(conn, grace_s=grace_s, limit=limit),
         name="reconcile",
+        single_statement=True,
+    )
+
+
+# --- dead holders ---------------------------------------------------------------------------
+
+# A run held by a dead worker (schema.store.workers: silent past AIDAWORK_WORKER_DEAD_AFTER_S,
+# never stopped) is treated as if its lease had run out, seconds after the death instead of
+# a lease later: one statement marks the dead workers (``dead_at``, which the claim's
+# DEATH_ELSEWHERE reads), expires the lease of every run whose current holder (the last of
+# ``round_holders``) is one of them, and marks dispatched those it hands back, which the
+# caller sends. Expiring the lease is all a claim needs: it takes a run whose lease ran out,
+# and counts the holder's death as it would at the lease's end (the lease stays set: a
+# death, not a give-back). A run whose round has failed before and failed again keeps the
+# reconciler's backoff (RECONCILE_SQL, measured from this expiry): its lease expires here,
+# and the reconciler sends it once the backoff has passed.
+#
+# Only deaths younger than a lease are looked at (``:lease_s``): an older one's leases ran
+# out anyway. So the statement reads nothing but an index of ``workers`` (ix_workers_
+# heartbeat_at) while nobody died, and touches the live runs only in the lease after a death.
+# ``:dead_after_s`` NULL matches no worker: beat's probe while it cannot yet trust the silence
+# it sees (worker.engine.reconcile). Nor does a worker whose heartbeats may be further apart
+# than half the limit (``workers.heartbeat_s``: another configuration, or older code, which
+# heartbeats every lease_s / 3): one late heartbeat must not read as a death.
+TAKE_OVER_DEAD_SQL = text(
+    f"""
+WITH dead AS (
+  SELECT id FROM workers
+  WHERE stopped_at IS NULL AND heartbeat_s * 2 <= CAST(:dead_after_s AS float8)
+    AND heartbeat_at < now() - make_interval(secs => CAST(:dead_after_s AS float8))
+    AND heartbeat_at > now() - make_interval(secs => CAST(:dead_after_s AS float8) + :lease_s)
+), marked AS (
+  UPDATE workers SET dead_at = now() FROM dead
+  WHERE workers.id = dead.id AND (workers.dead_at IS NULL OR workers.dead_at < workers.heartbeat_at)
+  RETURNING workers.id
+), held AS (
+  SELECT r.id, (r.execution_fence IS DISTINCT FROM r.claim_fence OR r.round_attempts = 0) AS send
+  FROM runs AS r JOIN dead ON dead.id = r.round_holders[cardinality(r.round_holders)]
+  WHERE r.status = 'running' AND r.lease_expires_at > now()
+  FOR UPDATE OF r SKIP LOCKED
+), taken AS (
+  UPDATE runs SET lease_expires_at = now(),
+    dispatched_at = CASE WHEN held.send THEN now() ELSE runs.dispatched_at END
+  FROM held WHERE runs.id = held.id
+  RETURNING {_DUE_COLUMNS}, held.send, runs.round_holders[cardinality(runs.round_holders)] AS holder
+)
+SELECT m.newly_dead, taken.*
+FROM (SELECT coalesce(array_agg(id), CAST('{{}}' AS uuid[])) AS newly_dead FROM marked) AS m
+LEFT JOIN taken ON true
+"""
+)
+
+
+class DeadHolders(NamedTuple):
+    """What one pass over the dead did: the workers it found dead since the last pass, the
+    runs it sends now, and the runs whose lease it expired for the reconciler to send after
+    their backoff; the runs named with the dead worker that held each."""
+
+    newly_dead: list[UUID]
+    sent: list[tuple[Due, UUID]]
+    backing_off: list[tuple[UUID, UUID]]
+
+
+def take_over_dead_holders_txn(conn: Connection, *, dead_after_s: float | None, lease_s: float) -> DeadHolders:
+    result = DeadHolders([], [], [])
+    for row in conn.execute(TAKE_OVER_DEAD_SQL, {"dead_after_s": dead_after_s, "lease_s": lease_s}):
+        result.newly_dead[:] = row.newly_dead
+        if row.id is None:  # nobody's runs: the one row that carries the dead
+            continue
+        if row.send:
+            result.sent.append((_due(row), row.holder))
+        else:
+            result.backing_off.append((row.id, row.holder))
+    return result
+
+
+def take_over_dead_holders(engine: Engine, *, dead_after_s: float | None, lease_s: float) -> DeadHolders:
+    """Expire the leases held by workers silent for more than ``dead_after_s`` (no worker:
+    None), and mark dispatched the runs to send now (``TAKE_OVER_DEAD_SQL``)."""
+    return run_transaction(
+        engine,
+        lambda conn: take_over_dead_holders_txn(conn, dead_after_s=dead_after_s, lease_s=lease_s),
+        name="take_over_dead_holders",
         single_statement=True,
     )

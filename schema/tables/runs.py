@@ -7,6 +7,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Double,
     ForeignKey,
     Identity,
     Index,
@@ -139,9 +140,10 @@ runs = Table(
 )
 
 # Every worker process, registered when it starts, with the time of its last heartbeat
-# (every lease_s / 3, holding rounds or not). One whose heartbeat is older than a lease and
-# that never said it stopped has died: the evidence that workers are being lost for reasons
-# that have nothing to do with a given round.
+# (every AIDAWORK_WORKER_HEARTBEAT_S, holding rounds or not). One whose heartbeat is older
+# than AIDAWORK_WORKER_DEAD_AFTER_S (beat marks it: dead_at) or than a lease, and that never
+# said it stopped, has died: its runs are handed on at once, and its death is the evidence
+# that workers are being lost for reasons that have nothing to do with a given round.
 workers = Table(
     "workers",
     metadata,
@@ -150,6 +152,13 @@ workers = Table(
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("stopped_at", DateTime(timezone=True)),
+    # When beat found it silent past AIDAWORK_WORKER_DEAD_AFTER_S; it holds only while no
+    # heartbeat came since (a paused worker that resumes is alive again). schema.store.workers.
+    Column("dead_at", DateTime(timezone=True)),
+    # How often the worker said it would heartbeat (AIDAWORK_WORKER_HEARTBEAT_S): beat takes
+    # its silence for a death only when the dead limit spans two of its heartbeats. NULL:
+    # code older than migration 0023 (a heartbeat every lease_s / 3), judged by its lease only.
+    Column("heartbeat_s", Double),
     # The compatibility level of the worker's code (schema.store.compat); NULL: registered by
     # code older than migration 0021, which checks nothing.
     Column("code_level", Integer),

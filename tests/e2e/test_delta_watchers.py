@@ -52,12 +52,18 @@ def _published(publisher: DeltaPublisher, run: str, delta: RunDelta, pubsub: Pub
     return True
 
 
+def _unwatched_publisher(run: str, pubsub: PubSub) -> DeltaPublisher:
+    """A publisher whose first delta, with nobody watching, is dropped."""
+    publisher = DeltaPublisher(BROKER_URL)
+    assert not _published(publisher, run, RunDelta(0, "nobody"), pubsub)
+    return publisher
+
+
 def test_nobody_watching_no_publish_then_a_reader_gets_the_deltas_until_it_is_gone(
     silent: tuple[str, PubSub], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run, pubsub = silent
-    publisher = DeltaPublisher(BROKER_URL)
-    assert not _published(publisher, run, RunDelta(0, "nobody"), pubsub)
+    publisher = _unwatched_publisher(run, pubsub)
     assert not publisher.watched and publisher.unwatched == 1
     # Dropped on the round's thread now, with no Redis command and nothing to wait for.
     assert not _published(publisher, run, RunDelta(0, "still nobody"), pubsub)
@@ -82,8 +88,7 @@ def test_a_publisher_that_missed_the_notice_finds_the_readers_key(
     silent: tuple[str, PubSub], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run, pubsub = silent
-    publisher = DeltaPublisher(BROKER_URL)
-    assert not _published(publisher, run, RunDelta(0, "nobody"), pubsub)
+    publisher = _unwatched_publisher(run, pubsub)
     monkeypatch.setattr(deltas, "WATCH_CHECK_S", 0.0)
     # A reader's key, without its notice (as if the publisher's subscription was down).
     redis.Redis.from_url(BROKER_URL).set(deltas.WATCHERS_KEY, b"1", ex=deltas.WATCH_TTL_S)

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from tests.support.cluster import Cluster, events, wait_exit
 from tests.support.db import calls_per_boundary, round_rows, rows, run_row, wait_model_call_succeeded, wait_terminal
-from tests.support.env import REPO
+from tests.support.env import REPO, default_timings
 from tests.support.requests import scripted_request
 from tests.support.wait import wait_until
 from worker import client
@@ -148,6 +148,59 @@ def test_model_call_of_a_worker_taken_over_mid_call_is_on_the_ledger_as_stale_wi
     assert (view["model_calls"], view["stale_model_calls"]) == (3, 1)
     assert view["input_tokens"] == sum(c["input_tokens"] for c in calls)
     assert view["output_tokens"] == sum(c["output_tokens"] for c in calls)
+
+
+def test_worker_paused_past_the_dead_limit_is_taken_over_before_its_lease_and_cannot_commit(
+    cluster: Cluster, ctx
+) -> None:
+    # At the default settings (a 30 s lease): the paused worker's silence past
+    # AIDAWORK_WORKER_DEAD_AFTER_S is taken for a death, long before its lease runs out.
+    # It was only slow: when it resumes, the fence refuses its late commit.
+    defaults = default_timings()
+    lease_s = float(defaults["AIDAWORK_LEASE_S"])
+    cluster.start_worker("paused", concurrency=1, env=defaults)
+    cluster.start_beat(env=defaults)
+    run_id = client.submit(scripted_request(SCRIPT), ctx=ctx).run_id
+    paused_id = wait_until(lambda: events(cluster, "paused", "worker_registered"), what="its registration")[0][
+        "worker_id"
+    ]
+
+    stale_call = wait_model_call_succeeded(ctx.engine, run_id, 0)  # now inside the sleep tool
+    cluster.signal("paused", signal.SIGSTOP)
+    stale_fence = stale_call["claim_fence"]
+    lease_at_pause = run_row(ctx.engine, run_id)["lease_expires_at"]
+
+    cluster.start_worker("other", env=defaults)
+    takeover = wait_until(
+        lambda: events(cluster, "other", "round_claimed", run_id=run_id, boundary_seq=0),
+        timeout_s=lease_s - 5,  # within the lease: only the dead-worker path can hand it on
+        what="the other worker to claim round 0",
+    )[0]
+    assert takeover["claim_fence"] == stale_fence + 1
+    assert _ts(takeover) < lease_at_pause
+    assert [e["count"] for e in events(cluster, "beat", "dead_worker_runs_redispatched")
+            if paused_id in e["worker_ids"]] == [1]
+    assert events(cluster, "beat", "run_redispatched", run_id=run_id, cause="dead_holder", holder=paused_id)
+
+    assert_stale_round_refused_after_resume(cluster)
+    dropped = events(cluster, "paused", "round_dropped", run_id=run_id, boundary_seq=0)
+    assert [d["claim_fence"] for d in dropped] == [stale_fence]
+    # Its heartbeats came back: alive again for the registry, beat's mark outdated.
+    wait_until(
+        lambda: rows(ctx.engine, "SELECT heartbeat_at > dead_at AS alive FROM workers WHERE id = :id",
+                     id=paused_id)[0]["alive"],
+        what="the resumed worker's heartbeat",
+    )
+    cluster.signal("paused", signal.SIGTERM)
+    assert wait_exit(cluster, "paused") == 0
+
+    run = wait_terminal(ctx.engine, run_id)
+    assert (run["status"], run["output"]) == ("completed", "once")
+    rounds = round_rows(ctx.engine, run_id)
+    assert [r["boundary_seq"] for r in rounds] == [0, 1]
+    assert rounds[0]["claim_fence"] == takeover["claim_fence"]
+    assert not events(cluster, "paused", "round_committed")
+    assert calls_per_boundary(ctx.engine, run_id) == {0: 1, 1: 1}  # the other went on from its response
 
 
 def assert_stale_round_refused_after_resume(cluster: Cluster) -> int:

@@ -44,6 +44,15 @@ FAST_ENV = {
     "AIDAWORK_DEV": "1",
 }
 
+def default_timings() -> dict[str, str]:
+    """FAST_ENV's timings put back to their defaults, and the dead-worker ones stated: for
+    the processes of a test that measures recovery as a deployment would see it."""
+    from worker.ops.settings import Settings
+
+    names = ("lease_s", "dispatch_grace_s", "reconcile_interval_s", "worker_heartbeat_s", "worker_dead_after_s")
+    return {f"AIDAWORK_{n.upper()}": str(Settings.model_fields[n].default) for n in names}
+
+
 # What the processes a test starts take from the test's own environment: everything but
 # the AIDAWORK_ settings (each test gives its processes theirs), except these, which set
 # the mode the whole suite runs in (.ci/run runs the e2e tier once with the stock broker).

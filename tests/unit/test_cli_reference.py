@@ -45,7 +45,7 @@ def test_the_page_shows_every_command_argument_and_option_of_the_click_tree() ->
     sections = _sections(page)
     sections["aidawork"] = page.split("\n## ", 1)[0]  # the top: the options before a command
     commands = list(_tree(typer.main.get_command(app), "aidawork"))
-    assert len(commands) == 34  # 22 commands, owner and its 4, agent and its 5, and aidawork itself
+    assert len(commands) == 35  # 23 commands, owner and its 4, agent and its 5, and aidawork itself
     for path, command in commands:
         assert path in sections, path
         assert command.help and " ".join(command.help.split())[1:] in sections[path], path

@@ -25,7 +25,7 @@ def test_defaults_point_at_127_0_0_1() -> None:
     assert settings.secret_key is None
     assert settings.failpoint_set == frozenset()
     assert settings.lease_s == 30.0
-    assert settings.heartbeat_interval_s == pytest.approx(10.0)
+    assert settings.lease_renew_s == pytest.approx(10.0)
 
 
 def test_values_are_read_from_aidawork_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,7 +35,7 @@ def test_values_are_read_from_aidawork_variables(monkeypatch: pytest.MonkeyPatch
     settings = load_settings()
 
     assert settings.lease_s == 6.0
-    assert settings.heartbeat_interval_s == pytest.approx(2.0)
+    assert settings.lease_renew_s == pytest.approx(2.0)
     assert settings.worker_concurrency == 4
     assert settings.broker_url == "redis://10.0.0.1:6379/3"
 

@@ -44,6 +44,7 @@ from schema.store.suspensions import DeliveryRefused, Receipt
 from schema.wire import RootPolicy
 from schema.wire.route import MAX_PRIORITY, MIN_PRIORITY
 from worker.cli import agent, owner
+from worker.cli.audit import cmd_audit
 from worker.cli.commands import Parsed, RunId, ToolCallId, command, commands
 from worker.cli.deploy import cmd_deploy_check
 from worker.cli.forks import cmd_diff, cmd_fork
@@ -70,7 +71,7 @@ EXIT_OK, EXIT_ERROR, EXIT_INPUT = 0, 1, 2
 PROCESS_COMMANDS = frozenset({"migrate", "worker", "beat", "flower", "api", "webhooks"})
 CLIENT_COMMANDS = frozenset(
     {"submit", "status", "watch", "cancel", "deliver", "resolve", "tool-result", "retry-tool", "approve", "reject"}
-) | {"owner", "agent", "deploy-check", "fork", "diff", "export", "replay"}
+) | {"owner", "agent", "deploy-check", "audit", "fork", "diff", "export", "replay"}
 # The commands that load plugins of their own choosing (deploy-check --plugins), not AIDAWORK_PLUGINS.
 OWN_PLUGINS = frozenset({"deploy-check"})
 # The processes that sign or verify round proofs: they refuse to start without the secret
@@ -351,6 +352,10 @@ def cmd_prune(
 
 command(app, "deploy-check", "before a deploy: would this code break a run that has not ended? (exit 1: yes)")(
     cmd_deploy_check
+)
+
+command(app, "audit", "check every run's boundaries, fences and ledger against each other (exit 1: an error found)")(
+    cmd_audit
 )
 
 app.add_typer(owner.app, name="owner")

@@ -47,7 +47,9 @@ def build_context(settings: Settings, threads: int | None = None) -> WorkerConte
     """``threads``: how many rounds this process runs at once (a worker's --concurrency);
     AIDAWORK_WORKER_CONCURRENCY when not given."""
     client = build_client_context(settings, threads)
-    leases = LeaseKeeper(client.engine, lease_s=settings.lease_s, interval_s=settings.heartbeat_interval_s)
+    leases = LeaseKeeper(
+        client.engine, lease_s=settings.lease_s, interval_s=settings.worker_heartbeat_s, renew_s=settings.lease_renew_s
+    )
     redis_broker = settings.broker_url.startswith(("redis:", "rediss:"))
     deltas = publisher_for(settings.broker_url) if redis_broker else None
     observe = Observability.for_process(settings, client.runtime, process_tracing(settings, "aidawork-worker"))

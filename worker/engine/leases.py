@@ -4,9 +4,14 @@ process stops heartbeating, its leases expire, and the reconciler hands its runs
 
 The keeper is also the process's entry in the workers registry (``schema.store.workers``):
 it registers the process once (at start-up for ``aidawork worker``, else at its first
-claim), and from then on the same statement heartbeats the process, holding rounds or
-not, until ``stop`` says it stopped on purpose. So a worker that dies idle is seen to die,
-which is what lets a claim tell a storm of deaths from a round that kills its workers.
+claim), and from then on heartbeats the process every ``interval_s``
+(AIDAWORK_WORKER_HEARTBEAT_S), holding rounds or not, until ``stop`` says it stopped on
+purpose. The leases ride on those beats, in the same statement, once every ``renew_s``:
+beating the registry often is one small row per process, while extending every lease each
+second would rewrite every run in flight. So a worker that dies is seen to die within
+seconds (beat then hands its runs on without waiting for their leases,
+``schema.store.leases.take_over_dead_holders``), idle or not, which is also what lets a
+claim tell a storm of deaths from a round that kills its workers.
 
 The heartbeat reads its holdings, then writes: a round may commit (or give its claim
 back) in between. That is safe because the statement only extends a lease that still
@@ -25,6 +30,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from uuid import UUID
@@ -40,10 +46,14 @@ log = structlog.get_logger("aidawork.leases")
 
 
 class LeaseKeeper:
-    def __init__(self, engine: Engine, *, lease_s: float, interval_s: float) -> None:
+    def __init__(self, engine: Engine, *, lease_s: float, interval_s: float, renew_s: float | None = None) -> None:
+        """``interval_s``: between heartbeats; ``renew_s``: between extensions of the held
+        leases (every heartbeat when not given, and never less often than that)."""
         self._engine = engine
         self._lease_s = lease_s
-        self._interval_s = interval_s
+        self._interval_s = interval_s if renew_s is None else min(interval_s, renew_s)
+        self._renew_s = self._interval_s if renew_s is None else renew_s
+        self._renewed_at = time.monotonic()
         self._held: dict[UUID, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -83,7 +93,7 @@ class LeaseKeeper:
             if self._refused is None and self._worker_id is None:
                 name = f"aidawork-{os.getpid()}@{socket.gethostname()}"
                 try:
-                    self._worker_id = worker_store.register_worker(self._engine, name)
+                    self._worker_id = worker_store.register_worker(self._engine, name, heartbeat_s=self._interval_s)
                 except SchemaIncompatible as exc:
                     refused = exc
                 else:
@@ -138,9 +148,10 @@ class LeaseKeeper:
                 if self._held.get(run_id) == fence:
                     del self._held[run_id]
 
-    def beat_once(self) -> None:
+    def beat_once(self, *, renew: bool = True) -> None:
+        """Heartbeat the process; ``renew``: extend the held leases in the same statement."""
         with self._lock:
-            holdings = list(self._held.items())
+            holdings = list(self._held.items()) if renew else []
             worker_id = self._worker_id
         if not holdings and worker_id is None:
             return
@@ -151,13 +162,23 @@ class LeaseKeeper:
         for run_id, fence in lost:
             log.warning("lease_lost", run_id=str(run_id), claim_fence=fence)
 
+    def _renew_due(self) -> bool:
+        # Half a heartbeat early rather than one heartbeat late: a lease is extended at
+        # most ``renew_s`` after the last extension, whatever the phase of the beats.
+        return time.monotonic() - self._renewed_at >= self._renew_s - self._interval_s / 2
+
     def _loop(self) -> None:
         while not self._stop.wait(self._interval_s):
+            renew = self._renew_due()
             try:
-                self.beat_once()
+                self.beat_once(renew=renew)
             except Exception:  # the next beat tries again; a round's commit is fenced anyway
                 log.exception("lease_heartbeat_failed")
-            try:
+                continue
+            if not renew:
+                continue
+            self._renewed_at = time.monotonic()
+            try:  # as often as the leases: a level raised under the worker is rare
                 self.check_schema_level()
             except Exception as exc:  # the database is unavailable: the next beat reads it again
                 log.warning("schema_level_unread", error=type(exc).__name__)

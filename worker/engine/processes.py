@@ -236,7 +236,10 @@ def cmd_beat() -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    log.info("beat_started", reconcile_interval_s=settings.reconcile_interval_s, version=aidawork_version())
+    log.info(
+        "beat_started", reconcile_interval_s=settings.reconcile_interval_s,
+        worker_dead_after_s=settings.worker_dead_after_s, version=aidawork_version(),
+    )
     pruner = _start_retention(ctx.engine, settings, stop)
     passes = reconcile_periodically(ctx, stop)
     if pruner is not None:

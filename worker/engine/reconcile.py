@@ -19,7 +19,16 @@ The passes run in the beat process itself, on its timer, not as Celery tasks: a 
 no task message, so Flower's task list shows rounds only, and a pass never waits for a
 free worker thread. A pass that fails (database or broker unreachable) is logged and the
 next one runs on time: beat outlives the outage it exists to repair. Run one beat per
-deployment; a second one would only send duplicates, which their claims drop."""
+deployment; a second one would only send duplicates, which their claims drop.
+
+Between passes, every AIDAWORK_WORKER_HEARTBEAT_S, beat looks for dead workers (silent past
+AIDAWORK_WORKER_DEAD_AFTER_S, ``schema.store.leases.take_over_dead_holders``) and sends the
+rounds they held to other workers at once, instead of a lease later. Silence is only
+evidence while the database could hear it: after beat starts, or after a statement of its
+own failed (the database was down or failing over, and no worker could heartbeat either),
+beat trusts it again only once it has reached the database for AIDAWORK_WORKER_DEAD_AFTER_S
+itself. Were it wrong all the same, the fence keeps a worker that was only slow harmless:
+its commit is refused, and the cost is a redone round."""
 
 from __future__ import annotations
 
@@ -32,7 +41,7 @@ import redis
 import structlog
 
 from schema.store.budgets import release_dead_reservations, wake_budget_waits
-from schema.store.leases import due_for_dispatch
+from schema.store.leases import due_for_dispatch, take_over_dead_holders
 from schema.store.limits import repair_running_counters
 from schema.store.suspensions import suspended_with_all_inputs
 from schema.store.workers import forget_old_workers
@@ -85,18 +94,82 @@ def _budget_pass(ctx: ClientContext) -> None:
     send_woken(ctx, wake_budget_waits(ctx.engine))
 
 
+class DeadWorkerWatch:
+    """Whether beat may take a worker's silence for its death now: only once its own
+    statements have reached the database for ``dead_after_s`` without a failure."""
+
+    def __init__(self, dead_after_s: float) -> None:
+        self.dead_after_s = dead_after_s
+        self._reached_since: float | None = None
+
+    def limit_s(self) -> float | None:
+        """The silence that means death now; None while it means nothing yet."""
+        since = self._reached_since
+        if since is None or time.monotonic() - since < self.dead_after_s:
+            return None
+        return self.dead_after_s
+
+    def reached(self) -> None:
+        if self._reached_since is None:
+            self._reached_since = time.monotonic()
+
+    def failed(self) -> None:
+        self._reached_since = None
+
+
+def take_over_dead_workers(ctx: ClientContext, watch: DeadWorkerWatch) -> int:
+    """Send the rounds of dead workers to the others; how many runs were sent."""
+    try:
+        found = take_over_dead_holders(ctx.engine, dead_after_s=watch.limit_s(), lease_s=ctx.settings.lease_s)
+    except Exception:
+        watch.failed()
+        raise
+    watch.reached()
+    for worker_id in found.newly_dead:
+        log.warning("worker_found_dead", worker_id=str(worker_id), dead_after_s=watch.dead_after_s)
+    for due, holder in found.sent:
+        send_due(ctx.store, ctx.dispatch, due)
+        log.info(
+            "run_redispatched", run_id=str(due.run_id), boundary_seq=due.boundary_seq, resume=due.resume,
+            cause="dead_holder", holder=str(holder),
+        )
+    for run_id, holder in found.backing_off:
+        log.info("run_lease_expired", run_id=str(run_id), cause="dead_holder", holder=str(holder))
+    if found.sent or found.backing_off:
+        holders = sorted({str(h) for _, h in found.sent} | {str(h) for _, h in found.backing_off})
+        log.warning(
+            "dead_worker_runs_redispatched", count=len(found.sent), backing_off=len(found.backing_off),
+            worker_ids=holders,
+        )
+    return len(found.sent)
+
+
+def _failed(event: str, exc: Exception) -> None:
+    # e.g. OperationalError: its text names the server, never the password.
+    log.warning(event, error=type(exc).__name__, detail=str(getattr(exc, "orig", exc))[:300])
+
+
 def reconcile_periodically(ctx: ClientContext, stop: threading.Event) -> int:
-    """A pass every ``reconcile_interval_s`` (measured start to start) until ``stop`` is
-    set; how many passes ran."""
-    interval_s = ctx.settings.reconcile_interval_s
+    """A pass every ``reconcile_interval_s`` (measured start to start), and a look for dead
+    workers every ``worker_heartbeat_s`` (at most as long), until ``stop`` is set; how many
+    passes ran."""
+    settings = ctx.settings
+    tick_s = min(settings.worker_heartbeat_s, settings.reconcile_interval_s)
+    watch = DeadWorkerWatch(settings.worker_dead_after_s)
     passes = 0
+    next_pass = time.monotonic()
     while not stop.is_set():
         started = time.monotonic()
         try:
-            reconcile(ctx)
+            take_over_dead_workers(ctx, watch)
         except Exception as exc:
-            # e.g. OperationalError: its text names the server, never the password.
-            log.warning("reconcile_failed", error=type(exc).__name__, detail=str(getattr(exc, "orig", exc))[:300])
-        passes += 1
-        stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+            _failed("dead_worker_takeover_failed", exc)
+        if started >= next_pass:
+            next_pass = started + settings.reconcile_interval_s
+            try:
+                reconcile(ctx)
+            except Exception as exc:
+                _failed("reconcile_failed", exc)
+            passes += 1
+        stop.wait(max(0.0, min(started + tick_s, next_pass) - time.monotonic()))
     return passes

@@ -60,7 +60,25 @@ class Settings(BaseSettings):
         gt=0.5,
         le=3600,
         description="A claim is a lease of this length, extended every lease_s / 3 while the round runs: longer "
-        "than any gap between heartbeats, short enough that a crashed worker's run is picked up again quickly.",
+        "than any gap between heartbeats. A worker that dies or stalls loses its runs sooner, once silent for "
+        "AIDAWORK_WORKER_DEAD_AFTER_S; the lease is the backstop when beat cannot tell (not running, or just "
+        "back from a database outage).",
+    )
+    worker_heartbeat_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="How often each worker process says it is alive in the workers registry (one small UPDATE, "
+        "holding rounds or not; the leases it holds are extended in the same statement every lease_s / 3).",
+    )
+    worker_dead_after_s: float = Field(
+        default=3.0,
+        gt=0,
+        le=3600,
+        description="A worker silent this long (no heartbeat, never said it stopped) is dead: beat expires the "
+        "leases it holds and sends its rounds to other workers at once, checking every "
+        "AIDAWORK_WORKER_HEARTBEAT_S. At least twice the heartbeat. A worker that was only slow and comes back "
+        "writes nothing more for those rounds (its claim fence is old): a false alarm costs a redone round.",
     )
     dispatch_grace_s: float = Field(
         default=30.0,
@@ -73,7 +91,8 @@ class Settings(BaseSettings):
         gt=0,
         le=3600,
         description="How often beat runs the reconciler (start to start), which re-sends the round of every run that "
-        "should be executing but has no live task (its lease expired, or its message was never claimed).",
+        "should be executing but has no live task (its lease expired, or its message was never claimed). Dead "
+        "workers are looked for more often, every AIDAWORK_WORKER_HEARTBEAT_S.",
     )
     round_queues: int = Field(
         default=16,
@@ -533,6 +552,15 @@ class Settings(BaseSettings):
         return parse_rate_limits(json_setting(value, '{"API_KEY_REF/MODEL": {"requests_per_minute": N}}'))
 
     @model_validator(mode="after")
+    def _dead_after_outlasts_heartbeats(self) -> Settings:
+        # One late heartbeat (a busy database, a GC pause) must not read as a death.
+        if self.worker_dead_after_s < 2 * self.worker_heartbeat_s:
+            raise ValueError(
+                f"{ENV_PREFIX}WORKER_DEAD_AFTER_S must be at least twice {ENV_PREFIX}WORKER_HEARTBEAT_S"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _rate_limits_need_redis(self) -> Settings:
         if self.model_rate_limits and not self.broker_url.startswith(("redis:", "rediss:")):
             raise ValueError(f"{ENV_PREFIX}MODEL_RATE_LIMITS needs a Redis broker (its buckets live there)")
@@ -584,7 +612,8 @@ class Settings(BaseSettings):
         return None if self.retention_days is None else self.retention_days * 86_400
 
     @property
-    def heartbeat_interval_s(self) -> float:
+    def lease_renew_s(self) -> float:
+        """How often a worker extends the leases it holds (its heartbeat carries them)."""
         return self.lease_s / 3
 
 

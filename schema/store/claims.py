@@ -1,9 +1,9 @@
 """The claim: a worker takes a run for one round (or for resuming a suspended round),
 and why a claim was refused.
 
-The claim is one statement: it takes the run (fence + 1, a fresh lease) only if the run
-is at the expected boundary, not terminal or suspended, not leased by a live holder,
-and first in its Root's queue; in the same round trip it returns the messages the
+The claim is one statement: it takes the run (the next fence, ``next_fence_sql``, and a
+fresh lease) only if the run is at the expected boundary, not terminal or suspended, not
+leased by a live holder, and first in its Root's queue; in the same round trip it returns the messages the
 caller's cache does not have yet and, for a round, the latest model response an earlier
 holder of that round was given (the model-call ledger, ``schema.store.rounds``), which
 the core reuses for the same request instead of calling the model again.
@@ -25,6 +25,26 @@ from schema.store.workers import DEATH_ELSEWHERE
 from schema.wire import RunStatus
 from schema.wire.claim import Checkpoint, Claim, LoadedMessage, RecordedResponse, StoredRound
 
+# The server's current timeline (1 until a standby is promoted, then one more at every
+# promotion), read from the name of the WAL file being written: no I/O, allowed to any role.
+TIMELINE_SQL = "CAST(CAST('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) AS bit(32)) AS bigint)"
+
+
+def next_fence_sql(fence: str = "claim_fence", timeline: str = TIMELINE_SQL) -> str:
+    """The fence a claim issues after ``fence``: unique across timelines.
+
+    Under asynchronous replication a claim the old primary acknowledged may never reach
+    the standby promoted in its place; counting on from the standby's older value, the new
+    primary would hand the SAME fence to another worker, and both holders' fenced writes
+    (``... AND claim_fence = :fence``) would pass: an at-most-once tool effect could run
+    twice. So every fence issued on timeline T is at least (T - 1) << 40, above anything
+    timeline T - 1 can have issued (2^40 claims of one run), and a lost claim's holder can
+    never match again. On timeline 1 the floor is 0: nothing changes.
+
+    Every statement that moves a fence on uses this, so that the claim's ``execution_fence``
+    (the same new value) and a fence bumped to end a run stay consistent with it."""
+    return f"greatest({fence} + 1, (CAST({timeline} AS bigint) - 1) << 40)"
+
 
 def _claim_sql(guard: str, execution_fence: str, recorded: str) -> TextClause:
     """The claim statement, with the condition that distinguishes a round from a resume,
@@ -45,7 +65,7 @@ WITH recorded AS ({recorded}
   FROM owners AS o JOIN target ON o.owner = target.owner FOR UPDATE OF o
 ), claimed AS (
   UPDATE runs SET
-    claim_fence = claim_fence + 1,
+    claim_fence = {next_fence_sql()},
     lease_expires_at = now() + make_interval(secs => :lease_s),
     status = 'running',
     -- The previous holder's execution started and never finished (it died, or the round
@@ -160,7 +180,7 @@ STARTS_CALL_SQL = """CAST(:start_call_digest AS text) IS NOT NULL
       AND NOT EXISTS (SELECT 1 FROM owners AS o WHERE o.owner = runs.owner AND o.token_budget IS NOT NULL)"""
 CLAIM_ROUND_SQL = _claim_sql(
     "NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.run_id = runs.id AND r.boundary_seq = runs.boundary_seq)",
-    execution_fence=f"CASE WHEN EXISTS (SELECT 1 FROM recorded) OR ({STARTS_CALL_SQL}) THEN claim_fence + 1 END",
+    execution_fence=f"CASE WHEN EXISTS (SELECT 1 FROM recorded) OR ({STARTS_CALL_SQL}) THEN {next_fence_sql()} END",
     recorded=_RECORDED_SQL,
 )
 # A resume claims only the very suspension it was checked against: the suspended round is
@@ -172,7 +192,7 @@ CLAIM_RESUME_SQL = _claim_sql(
          WHERE ti.run_id = runs.id AND ti.boundary_seq = runs.boundary_seq AND ti.status = 'suspended')
         = CAST(:invocation_ids AS text[])""",
     # A resume calls no model: it runs the suspended tool calls right after its claim.
-    execution_fence="claim_fence + 1",
+    execution_fence=next_fence_sql(),
     recorded="SELECT CAST(NULL AS text) AS request_digest, CAST(NULL AS jsonb) AS response WHERE false",
 )
 

@@ -12,6 +12,7 @@ from uuid import UUID, uuid4
 from sqlalchemy import Connection, Engine, text
 
 from schema.store.budgets import budget_waiting_for
+from schema.store.claims import next_fence_sql
 from schema.store.doubletext import ROLLED_BACK, ToCancel, cancel_message, runs_to_cancel
 from schema.store.errors import FenceLost, IdempotencyKeyReused, RootNotFound, RunNotFound
 from schema.store.limits import next_runs, next_runs_sql
@@ -240,7 +241,7 @@ WITH target AS (
 ), upd AS (
   UPDATE runs SET status = :status, lease_expires_at = NULL, error_code = :error_code,
     error_message = :error_message, event_seq = event_seq + 1, finished_at = now(), updated_at = now(),
-    claim_fence = claim_fence + CASE WHEN :bump_fence THEN 1 ELSE 0 END
+    claim_fence = CASE WHEN :bump_fence THEN {next_fence_sql("runs.claim_fence")} ELSE runs.claim_fence END
   FROM target
   WHERE runs.id = target.id
     AND (CAST(:fence AS bigint) IS NULL OR runs.claim_fence = CAST(:fence AS bigint))

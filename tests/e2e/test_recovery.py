@@ -7,7 +7,8 @@ mechanisms under test can bring the runs back: the store riding out an unavailab
 database in place (``database_unavailable`` / ``database_available``), and the
 reconciler noticing an empty broker (``broker_reset_detected``). Every run completes
 with exactly one committed round per boundary. The recovery times are printed (not
-asserted)."""
+asserted). The last test restarts Redis at the default timings instead, as a deployment
+would see it (issue 34: 30 s there once; docs/how-to/redis-sentinel.md says where it went)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from tests.support.api import free_port
 from tests.support.cluster import Cluster, wait_ready
 from tests.support.db import rows
 from tests.support.env import BROKER_URL
+from tests.support.requests import echo_rounds_request
 from tests.support.wait import wait_until
 from worker.engine.bootstrap import build_context
 from worker.ops.settings import Settings
@@ -140,12 +142,7 @@ def throwaway_redis() -> Iterator[ThrowawayRedis]:
 
 
 def _request(i: int) -> dict[str, Any]:
-    turns: list[dict[str, Any]] = [
-        {"tool_calls": [{"name": "echo", "args": {"run": i, "round": k}}], "latency_ms": 150} for k in range(ROUNDS - 1)
-    ]
-    turns.append({"content": f"done {i}"})
-    return {"owner": "team-test", "input": "go", "config": {"model": {"provider": "scripted", "turns": turns},
-                                                             "tools": ["echo"], "policy": {"max_rounds": ROUNDS}}}
+    return echo_rounds_request(i, ROUNDS, latency_ms=150)
 
 
 def _submit_all(ctx: Any) -> list[UUID]:
@@ -250,6 +247,46 @@ def test_runs_move_again_once_an_empty_redis_is_back(
 
         resets = [e for e in cluster.logs("beat") if e.get("event") == "broker_reset_detected"]
         assert len(resets) >= 2  # the start, and the restart
+    finally:
+        cluster.stop_all()
+        engine.dispose()
+        ctx.engine.dispose()
+
+
+def test_runs_move_again_once_an_empty_redis_is_back_at_the_default_timings(
+    throwaway_redis: ThrowawayRedis, db_url: str, tmp_path: Path
+) -> None:
+    """As a deployment sees it: the default lease, grace and reconcile interval, 20 runs in
+    flight. Runs were 30 s late here once (issue 34): see docs/how-to/redis-sentinel.md."""
+    from tests.support.env import default_timings
+
+    cluster = Cluster(db_url, tmp_path)
+    env = {**default_timings(), "AIDAWORK_BROKER_URL": throwaway_redis.url}
+    ctx = build_context(Settings(database_url=db_url, broker_url=throwaway_redis.url))
+    engine = make_engine(db_url, pool_size=2)
+    runs = 20
+    try:
+        cluster.start_worker("w1", concurrency=runs, env=env)
+        cluster.start_beat(env=env)
+        wait_ready(cluster, "w1", app=ctx.dispatch.app)
+        from worker import client
+
+        run_ids = [client.submit(_request(i), ctx=ctx).run_id for i in range(runs)]
+        wait_until(lambda: _committed(engine) >= runs, timeout_s=WAIT_S, what="rounds to commit")
+
+        throwaway_redis.kill()  # every queued message is gone
+        time.sleep(2)
+        throwaway_redis.start()
+        back = datetime.now(UTC)
+        wait_until(lambda: rows(engine, "SELECT count(*) AS n FROM runs WHERE status = 'completed'")[0]["n"] == runs,
+                   timeout_s=WAIT_S, interval_s=0.1, what="every run to complete")
+        done = datetime.now(UTC)
+        per_run = rows(
+            engine, "SELECT run_id, count(*) AS n, count(DISTINCT boundary_seq) AS b FROM rounds GROUP BY run_id"
+        )
+        assert sorted((r["n"], r["b"]) for r in per_run) == [(ROUNDS, ROUNDS)] * len(run_ids)
+        print(f"\ndefault timings: first commit {_first_commit_after(engine, back)} s after Redis was back (empty), "
+              f"every run completed {(done - back).total_seconds():.2f} s after")
     finally:
         cluster.stop_all()
         engine.dispose()

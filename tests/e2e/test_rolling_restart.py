@@ -20,7 +20,7 @@ from schema.store.audit import audit
 from tests.support.api import A, ApiServer
 from tests.support.cluster import Cluster, wait_exit, wait_ready
 from tests.support.db import rows, wait_terminal
-from tests.support.requests import scripted_request
+from tests.support.requests import echo_rounds_request
 from tests.support.wait import wait_until
 from tests.support.webhook_receiver import LoopbackReceiver, loopback_receiver
 
@@ -44,12 +44,8 @@ def hooks_env(receiver: LoopbackReceiver) -> dict[str, str]:
 
 def request(i: int, receiver: LoopbackReceiver) -> dict[str, Any]:
     """Rounds of 300 ms, so that every restart lands while rounds are in flight."""
-    turns: list[dict[str, Any]] = [
-        {"tool_calls": [{"name": "echo", "args": {"run": i, "round": k}}], "latency_ms": 300}
-        for k in range(ROUNDS - 1)
-    ]
-    turns.append({"content": f"done-{i}", "latency_ms": 300})
-    body = scripted_request(turns, tools=["echo"], webhook_url=f"{receiver.url}/runs")
+    body = echo_rounds_request(i, ROUNDS, latency_ms=300, answer_latency_ms=300)
+    body["webhook"] = {"url": f"{receiver.url}/runs"}
     del body["owner"]  # the API token's owner (team-a)
     return body
 
@@ -104,7 +100,7 @@ def test_a_rolling_restart_of_every_process_type_loses_no_run(
 
     finished = {run_id: wait_terminal(ctx.engine, run_id, timeout_s=WAIT_S) for run_id in run_ids}
     assert [r["status"] for r in finished.values()] == ["completed"] * len(run_ids)
-    assert [r["output"] for r in finished.values()] == [f"done-{i}" for i in range(len(run_ids))]
+    assert [r["output"] for r in finished.values()] == [f"done {i}" for i in range(len(run_ids))]
     committed = rows(ctx.engine, "SELECT run_id, count(*) AS n, count(DISTINCT boundary_seq) AS b, "
                      "min(boundary_seq) AS lo, max(boundary_seq) AS hi FROM rounds "
                      "WHERE run_id = ANY(:ids) GROUP BY run_id", ids=run_ids)

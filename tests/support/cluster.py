@@ -140,10 +140,11 @@ def wait_events(cluster: Cluster, name: str, event: str, *, count: int, **fields
                       timeout_s=WAIT_S, what=f"{count} {event} lines from {name}")
 
 
-def wait_ready(cluster: Cluster, *names: str, timeout_s: float = WAIT_S) -> None:
+def wait_ready(cluster: Cluster, *names: str, timeout_s: float = WAIT_S, app: Any = None) -> None:
     """Wait until each named worker process answers a remote-control ping, i.e. it is
-    consuming from the broker (so a task sent now can reach it)."""
-    app = broker_app()
+    consuming from the broker (so a task sent now can reach it); ``app``: a Celery app on
+    the workers' broker when it is not the test broker."""
+    app = app or broker_app()
     for name in names:
         proc = cluster.procs[name]
         node = node_name(name)

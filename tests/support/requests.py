@@ -32,6 +32,17 @@ def example_request() -> dict[str, Any]:
     return copy.deepcopy(EXAMPLE_REQUEST)
 
 
+def echo_rounds_request(i: int, rounds: int, *, latency_ms: int, answer_latency_ms: int = 0) -> dict[str, Any]:
+    """Run ``i`` of a load: ``rounds - 1`` echo rounds (distinct args, so the repeated-call
+    breaker stays quiet) of ``latency_ms`` each, then the answer ``done {i}``."""
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "echo", "args": {"run": i, "round": k}}], "latency_ms": latency_ms}
+        for k in range(rounds - 1)
+    ]
+    turns.append({"content": f"done {i}", "latency_ms": answer_latency_ms})
+    return scripted_request(turns, tools=["echo"], max_rounds=rounds)
+
+
 def scripted_request(
     turns: list[dict[str, Any]],
     *,

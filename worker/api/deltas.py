@@ -37,6 +37,7 @@ from worker.ops.deltas import (
     redis_db,
     watchers_channel,
 )
+from worker.ops.redis_clients import RedisTarget, async_client
 
 log = structlog.get_logger("aidawork.api")
 
@@ -76,8 +77,8 @@ class DeltaListener:
 
 
 class DeltaHub:
-    def __init__(self, url: str | None) -> None:
-        self._url = url
+    def __init__(self, where: RedisTarget | None) -> None:
+        self._where = where
         self._listeners: dict[str, set[DeltaListener]] = {}
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
@@ -85,14 +86,14 @@ class DeltaHub:
 
     async def join(self, run_id: UUID, wake: asyncio.Event) -> DeltaListener | None:
         """Follow ``run_id``'s deltas from now on; None when this process has no broker."""
-        if self._url is None:
+        if self._where is None:
             return None
         listener = DeltaListener(str(run_id), wake)
         self._listeners.setdefault(listener.run_id, set()).add(listener)
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._task.get_loop() is not loop:
             self._ready = asyncio.Event()
-            self._task = loop.create_task(self._run(self._url), name="aidawork-delta-hub")
+            self._task = loop.create_task(self._run(self._where), name="aidawork-delta-hub")
         if not self._down:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(READY_WAIT_S):
@@ -119,11 +120,9 @@ class DeltaHub:
             for listener in listeners:
                 listener.deliver(delta)
 
-    async def _run(self, url: str) -> None:
-        import redis.asyncio as aioredis
-
+    async def _run(self, where: RedisTarget) -> None:
         while self._listeners:
-            client = aioredis.Redis.from_url(url, socket_connect_timeout=2.0)
+            client = async_client(where, socket_connect_timeout=2.0)
             pubsub = client.pubsub()
             announced_at: float | None = None  # subscribed, and the workers told (loop time)
             loop = asyncio.get_running_loop()

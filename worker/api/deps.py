@@ -17,6 +17,7 @@ from worker.api.deltas import DeltaHub
 from worker.api.stream_tokens import StreamTokens
 from worker.api.streams import EventHub, StreamSlots
 from worker.client.context import ClientContext
+from worker.ops.redis_clients import redis_target
 from worker.ops.settings import Settings
 
 
@@ -38,8 +39,7 @@ class ApiState:
         )
         self.slots = StreamSlots(self.settings.api_max_streams_per_token)
         # Live deltas come through the broker's Redis (pub/sub), not PostgreSQL.
-        redis_broker = self.settings.broker_url.startswith(("redis:", "rediss:"))
-        self.deltas = DeltaHub(self.settings.broker_url if redis_broker else None)
+        self.deltas = DeltaHub(redis_target(self.settings))
         secret = self.settings.secret_key
         self.stream_tokens = StreamTokens(
             DEV_SECRET if secret is None else secret.get_secret_value().encode(), self.settings.api_stream_token_ttl_s

@@ -61,6 +61,7 @@ from worker.client.context import ClientContext, get_client_context, send_woken
 from worker.ops.celery_app import send_next_runs, send_or_defer
 from worker.ops.deltas import DeltaOrder, DeltaSubscription, RunDelta, ends_stream_of
 from worker.ops.observability.tracing import process_tracing, traceparent
+from worker.ops.redis_clients import redis_target
 from worker.ops.webhooks.policy import WebhookRefused as WebhookRefused
 from worker.ops.webhooks.policy import check_webhook_url
 
@@ -412,8 +413,8 @@ def _durable_events(
 def _events_with_deltas(
     context: ClientContext, run_id: UUID, after_seq: int, poll_s: float, follow: bool
 ) -> Iterator[RunEvent | RunDelta]:
-    url = context.settings.broker_url
-    live = DeltaSubscription(url, run_id) if url.startswith(("redis:", "rediss:")) else None
+    target = redis_target(context.settings)
+    live = DeltaSubscription(target, run_id) if target is not None else None
     order = DeltaOrder()
     streaming: int | None = None  # the round whose deltas are being yielded
     held: list[RunDelta] = []

@@ -13,6 +13,7 @@ from worker.ops.observability.metrics import serve
 from worker.ops.observability.rounds import Observability
 from worker.ops.observability.tracing import process_tracing
 from worker.ops.rate_limits import RateLimiter, limiter_for
+from worker.ops.redis_clients import redis_target
 from worker.ops.settings import Settings
 
 __all__ = ["WorkerContext", "build_context", "get_context", "pool_size_for", "serve_metrics", "set_process_threads"]
@@ -50,8 +51,8 @@ def build_context(settings: Settings, threads: int | None = None) -> WorkerConte
     leases = LeaseKeeper(
         client.engine, lease_s=settings.lease_s, interval_s=settings.worker_heartbeat_s, renew_s=settings.lease_renew_s
     )
-    redis_broker = settings.broker_url.startswith(("redis:", "rediss:"))
-    deltas = publisher_for(settings.broker_url) if redis_broker else None
+    target = redis_target(settings)
+    deltas = publisher_for(target) if target is not None else None
     observe = Observability.for_process(settings, client.runtime, process_tracing(settings, "aidawork-worker"))
     return WorkerContext(
         **vars(client), leases=leases, deltas=deltas, observe=observe, rate_limits=limiter_for(settings)

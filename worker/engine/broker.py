@@ -44,7 +44,8 @@ take none, so a worker that keeps up does not pay an empty call per message. A b
 messages are in the worker's memory only, as any prefetched message is (no ack
 emulation, ``worker.ops.celery_app``).
 
-Selected in ``worker.ops.celery_app`` with ``broker_transport``. It overrides private
+Selected in ``worker.ops.celery_app`` with ``broker_transport`` (``SentinelTransport`` for a
+``sentinel://`` broker URL: the same channel over kombu's Sentinel connection pools). It overrides private
 methods of kombu's Redis channel (``_brpop_start``, ``_brpop_read``, ``_create_client``,
 ``_disconnect_pools``), so it is used only with the kombu versions it was tested with
 (pinned in pyproject.toml), and not with ``AIDAWORK_STOCK_BROKER``, which selects kombu's
@@ -326,3 +327,16 @@ class Channel(kombu_redis.Channel):
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """This module's channel over Redis Sentinel (``sentinel://`` broker URLs): kombu's
+    SentinelChannel makes the connection pools (each connection asks the sentinels for
+    the master on connect, so a reconnect after a failover reaches the promoted replica),
+    this module's Channel does everything else. Its private overrides above touch the
+    pools only through ``self.pool`` and ``_disconnect_pools``, which kombu's sentinel
+    channel keeps, so the two compose (tests/e2e/test_redis_sentinel.py)."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = SentinelChannel

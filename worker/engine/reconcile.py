@@ -6,10 +6,15 @@ all its inputs gets its resume re-sent instead. A run parked for its owner's tok
 whose window rolled over (or whose budget now takes its next call) is queued and sent its
 round again; a dead holder's open budget reservation is released (``schema.store.budgets``).
 
-A broker that lost its messages (Redis restarted without persistence, flushed, failed
-over to an empty replica) is noticed on the next pass: the epoch key this module keeps in
-the broker's Redis is gone. That pass re-sends every ready run at once instead of after
-the dispatch grace (a duplicate of a message that did survive is dropped at its claim).
+A broker that may have lost messages is noticed on the next pass, from the epoch key this
+module keeps in the broker's Redis: its value is the identity of the Redis server that
+holds it (INFO's ``run_id``, new at every start, and ``master_replid``, new when a replica
+is promoted). The key gone (Redis restarted without persistence, flushed) or naming
+another server (restarted from its snapshot, or Sentinel promoted a replica, which had the
+key by replication but maybe not the last messages written to the old master, nor the
+messages workers had taken: a worker drops those when its connection breaks) both mean
+the same: that pass re-sends every ready run at once instead of after the dispatch grace
+(a duplicate of a message that did survive is dropped at its claim).
 
 Each pass also recounts an owner's running-runs counter (its concurrency cap) that has
 drifted from its running runs (``schema.store.limits``), and forgets the registry rows of
@@ -35,7 +40,6 @@ from __future__ import annotations
 import threading
 import time
 from functools import cache, partial
-from uuid import uuid4
 
 import redis
 import structlog
@@ -47,26 +51,54 @@ from schema.store.suspensions import suspended_with_all_inputs
 from schema.store.workers import forget_old_workers
 from worker.client.context import ClientContext, send_woken
 from worker.ops.celery_app import send_due, send_or_defer
+from worker.ops.redis_clients import RedisTarget, redis_target, sync_client
 
 log = structlog.get_logger("aidawork.reconcile")
 BROKER_EPOCH_KEY = "aidawork:broker-epoch"
+EPOCH_TIMEOUT_S = 2.0
 
 
 @cache
-def _broker(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
+def _broker(where: RedisTarget) -> redis.Redis:
+    # Timeouts: a pass must not hang on a master that died without closing its sockets.
+    return sync_client(where, socket_timeout=EPOCH_TIMEOUT_S, socket_connect_timeout=EPOCH_TIMEOUT_S)
 
 
-def broker_was_reset(broker_url: str) -> bool:
-    """True on the first pass since the broker's Redis started empty."""
-    return bool(_broker(broker_url).set(BROKER_EPOCH_KEY, uuid4().hex, nx=True))
+def broker_identity(client: redis.Redis) -> str:
+    """Which Redis server this is, and since when: its process (``run_id``) and its
+    replication history as a master (``master_replid``, new at a promotion)."""
+    try:
+        server, replication = client.info("server"), client.info("replication")
+    except redis.ResponseError:  # INFO refused (an ACL): only an emptied broker is noticed
+        return "unknown"
+    return f"{server.get('run_id', '')}:{replication.get('master_replid', '')}"
+
+
+def broker_reset(where: RedisTarget | str) -> str | None:
+    """Why the broker may have lost messages since the last pass (``empty``: the epoch key
+    is gone; ``changed``: another server, or the same one restarted or promoted, holds it),
+    or None. Written in one SET ... GET, so two beats see one change once between them."""
+    client = _broker(RedisTarget.of(where))
+    identity = broker_identity(client)
+    was = client.set(BROKER_EPOCH_KEY, identity, get=True)
+    if was is None:
+        return "empty"
+    return None if was == identity.encode() else "changed"
+
+
+def broker_was_reset(where: RedisTarget | str) -> bool:
+    """True on the first pass since the broker's Redis started empty, restarted or failed over."""
+    return broker_reset(where) is not None
 
 
 def reconcile(ctx: ClientContext) -> int:
     """One pass; how many runs were due for a re-send."""
     grace_s = ctx.settings.dispatch_grace_s
-    if broker_was_reset(ctx.settings.broker_url):
-        log.warning("broker_reset_detected", detail="queued messages may be lost: every ready run is re-sent now")
+    target = redis_target(ctx.settings)
+    cause = broker_reset(target) if target is not None else None
+    if cause is not None:
+        log.warning("broker_reset_detected", cause=cause,
+                    detail="queued messages may be lost: every ready run is re-sent now")
         grace_s = 0.0
     due = due_for_dispatch(ctx.engine, grace_s=grace_s)
     for one in due:

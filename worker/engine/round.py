@@ -70,6 +70,13 @@ class RoundDisposition(StrEnum):
 
 def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     cached = ctx.runtime.contexts.get(task.run_id)
+    # The cache holds the boundary this process last committed: a claim of that boundary or
+    # an earlier one succeeds only when the database lost that commit (a failover under
+    # asynchronous replication, docs/how-to/postgres-failover.md). Building on such a cache
+    # would commit after messages that no longer exist: the round is claimed cold instead.
+    ahead = cached is not None and cached.boundary_seq >= task.boundary_seq
+    if ahead:
+        cached = None
     claim_started_ns = time.time_ns()
     held_fence = ctx.leases.take_unreleased(task.run_id)
     start_call_digest = _expected_request(ctx, cached)
@@ -91,6 +98,9 @@ def execute_round(ctx: WorkerContext, task: RoundTask) -> RoundDisposition:
     )
     if claim is None:
         return RoundDisposition.DROPPED
+    if ahead:
+        ctx.runtime.contexts.discard(task.run_id)
+        log.warning("context_cache_discarded", reason="ahead_of_database")
     prestarted = PrestartedCall(claim)
     try:
         observation = ctx.observe.claimed(claim, claim_started_ns, resume=False)

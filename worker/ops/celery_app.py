@@ -64,6 +64,9 @@
   pyproject.toml); with any other installed version the stock classes are used, with a
   ``broker_overrides_disabled`` warning, and ``AIDAWORK_STOCK_BROKER`` selects the stock
   classes whatever the versions (``fast_paths``). CI runs the e2e suite once that way.
+- A lost broker connection is retried every ``RECONNECT_MAX_S`` at most (``BrokerConnection``),
+  not on kombu's backoff to 30 s between attempts, so a worker is back about a second
+  after its Redis (or Sentinel's new master) is.
 - No app is built at import time: ``create_app(settings)`` builds one from the settings it
   is given, ``app_for`` keeps one per broker per process (publishing reuses its
   connections), and ``get_app()`` is this process's, from the environment, on first use
@@ -83,6 +86,8 @@ from uuid import UUID, uuid4
 
 import structlog
 from celery import Celery
+from celery.app.amqp import AMQP as CeleryAMQP
+from kombu.connection import Connection
 
 from runtime.shares import broker_priority, queue_index
 from schema.store.leases import Due
@@ -90,6 +95,7 @@ from schema.store.port import StorePort
 from schema.wire import OriginalToolRoundResume
 from schema.wire.json import JsonValue
 from schema.wire.route import MAX_PRIORITY, Route
+from worker.ops.redis_clients import redis_url, sentinel_url
 from worker.ops.settings import Settings, get_settings
 
 log = structlog.get_logger("aidawork.dispatch")
@@ -101,6 +107,33 @@ RESUME_ROUND_TASK = "aidawork.resume_round"
 # kombu's publish retries on a lost broker connection: about 8 s in all, then the caller
 # defers to the reconciler (a round thread is not held longer than that).
 PUBLISH_RETRY_POLICY = {"max_retries": 10, "interval_start": 0, "interval_step": 0.5, "interval_max": 1.0}
+
+
+# A lost broker connection is retried every second at most (kombu's own default waits 2 s,
+# then 4, 6, ... up to 30 s between attempts: a worker whose Redis was gone a few seconds
+# came back up to that much after it, 4 s after a 2 s outage, measured). An attempt at a
+# Redis that is not there yet is one refused connection, or one question to each sentinel.
+RECONNECT_START_S, RECONNECT_STEP_S, RECONNECT_MAX_S = 0.2, 0.2, 1.0
+
+
+class BrokerConnection(Connection):
+    """kombu's connection, reconnecting on ``RECONNECT_*`` unless told otherwise: every
+    process's Celery app (the worker's consumer, beat's and the API's publishers) makes
+    its broker connections with it (``AMQP``)."""
+
+    def ensure_connection(
+        self, errback: object = None, max_retries: int | None = None, interval_start: float = RECONNECT_START_S,
+        interval_step: float = RECONNECT_STEP_S, interval_max: float = RECONNECT_MAX_S, **options: object,
+    ) -> Connection:
+        connection: Connection = super().ensure_connection(  # type: ignore[no-untyped-call]
+            errback, max_retries, interval_start, interval_step, interval_max, **options
+        )
+        return connection
+
+
+class AMQP(CeleryAMQP):  # type: ignore[misc]
+    Connection = BrokerConnection
+    BrokerConnection = BrokerConnection
 
 
 # One broker priority step per run priority, so 0-9 all order (kombu's default has four).
@@ -117,7 +150,8 @@ def round_queues(settings: Settings) -> list[str]:
 
 
 def redis_broker(settings: Settings) -> bool:
-    return settings.broker_url.startswith(("redis:", "rediss:"))
+    """Whether the broker is Redis, one server or behind Sentinel (``worker.ops.redis_clients``)."""
+    return redis_url(settings.broker_url)
 
 
 # The versions of the libraries whose private methods worker.engine.broker and
@@ -169,22 +203,42 @@ def fast_paths(settings: Settings) -> bool:
     return True
 
 
+def broker_transport(settings: Settings, fast: bool) -> str | None:
+    """Our Redis transport (``worker.engine.broker``), plain or over Sentinel, or None:
+    the broker URL's stock transport (kombu's ``sentinel://`` one is its SentinelTransport)."""
+    if not fast or not redis_broker(settings):
+        return None
+    sentinel = sentinel_url(settings.broker_url)
+    return "worker.engine.broker:SentinelTransport" if sentinel else "worker.engine.broker:Transport"
+
+
+def transport_options(settings: Settings) -> dict[str, object]:
+    options: dict[str, object] = {
+        # No unacked copies in Redis, so no visibility timeout (see the docstring).
+        "ack_emulation": False,
+        "priority_steps": PRIORITY_STEPS,
+        "queue_order_strategy": "round_robin",
+    }
+    if sentinel_url(settings.broker_url):
+        # The master's group; the sentinels asked with the same timeouts as every other
+        # client of the process (worker.ops.redis_clients).
+        timeout_s = settings.sentinel_timeout_s
+        timeouts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+        options.update(master_name=settings.sentinel_master, sentinel_kwargs=timeouts)
+    return options
+
+
 def create_app(settings: Settings) -> Celery:
     """A Celery app on ``settings.broker_url``, with the delivery semantics above."""
     fast = fast_paths(settings)
-    app = Celery("aidawork", set_as_current=False)
+    app = Celery("aidawork", set_as_current=False, amqp="worker.ops.celery_app:AMQP")
     app.conf.update(
         broker_url=settings.broker_url,
         # kombu's Redis transport, reusing one client per channel (worker/engine/broker.py);
         # None: the broker URL's stock transport.
-        broker_transport="worker.engine.broker:Transport" if fast and redis_broker(settings) else None,
+        broker_transport=broker_transport(settings, fast),
         broker_connection_retry_on_startup=True,
-        broker_transport_options={
-            # No unacked copies in Redis, so no visibility timeout (see the docstring).
-            "ack_emulation": False,
-            "priority_steps": PRIORITY_STEPS,
-            "queue_order_strategy": "round_robin",
-        },
+        broker_transport_options=transport_options(settings),
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
@@ -209,13 +263,13 @@ def create_app(settings: Settings) -> Celery:
     return app
 
 
-_apps: dict[str, Celery] = {}
+_apps: dict[tuple[str, str | None], Celery] = {}
 _apps_lock = threading.Lock()
 
 
 def app_for(settings: Settings) -> Celery:
     """The app of this process for ``settings``' broker, built once."""
-    key = settings.broker_url
+    key = (settings.broker_url, settings.sentinel_master)
     with _apps_lock:
         if key not in _apps:
             _apps[key] = create_app(settings)

@@ -45,6 +45,7 @@ import structlog
 from redis.client import PubSub
 
 from schema.wire.json import JsonMapping
+from worker.ops.redis_clients import RedisTarget, sync_client
 
 log = structlog.get_logger("aidawork.deltas")
 
@@ -172,9 +173,9 @@ class DeltaSink(Protocol):
 class DeltaPublisher:
     """Publishes deltas from any thread without blocking it (see the module docstring)."""
 
-    def __init__(self, url: str) -> None:
-        self._url = url
-        self._redis = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    def __init__(self, where: RedisTarget | str) -> None:
+        self._where = RedisTarget.of(where)
+        self._redis = sync_client(self._where, socket_timeout=2.0, socket_connect_timeout=2.0)
         # Whether a reader watches: unknown until the key is first read (so the first deltas
         # are queued, and the publisher thread reads it before sending them).
         self.watched = True
@@ -262,7 +263,7 @@ class DeltaPublisher:
 
     def _listen(self) -> None:
         """Receive the readers' watch notices (a thread of its own, on one connection)."""
-        client = redis.Redis.from_url(self._url, socket_connect_timeout=2.0, socket_keepalive=True)
+        client = sync_client(self._where, socket_connect_timeout=2.0, socket_keepalive=True)
         name = watchers_channel(redis_db(client))
         while True:
             pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
@@ -290,16 +291,17 @@ class DeltaPublisher:
             log.debug("model_delta_publish_failed", deltas=len(batch), error=type(exc).__name__)
 
 
-_publishers: dict[str, DeltaPublisher] = {}
+_publishers: dict[RedisTarget, DeltaPublisher] = {}
 _publishers_lock = threading.Lock()
 
 
-def publisher_for(url: str) -> DeltaPublisher:
-    """This process's publisher for the broker at ``url`` (one connection pool)."""
+def publisher_for(where: RedisTarget | str) -> DeltaPublisher:
+    """This process's publisher for the broker's Redis ``where`` (one connection pool)."""
+    target = RedisTarget.of(where)
     with _publishers_lock:
-        found = _publishers.get(url)
+        found = _publishers.get(target)
         if found is None:
-            found = _publishers[url] = DeltaPublisher(url)
+            found = _publishers[target] = DeltaPublisher(target)
         return found
 
 
@@ -307,8 +309,8 @@ class DeltaSubscription:
     """One reader's subscription to one run's deltas (``client.events(..., deltas=True)``),
     synchronous. Best effort: with Redis unreachable it yields nothing."""
 
-    def __init__(self, url: str, run_id: UUID, *, ready_timeout_s: float = 2.0) -> None:
-        self._client = redis.Redis.from_url(url, socket_connect_timeout=ready_timeout_s)
+    def __init__(self, where: RedisTarget | str, run_id: UUID, *, ready_timeout_s: float = 2.0) -> None:
+        self._client = sync_client(where, socket_connect_timeout=ready_timeout_s)
         self._pubsub: PubSub | None = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
         self._announced_at = 0.0
         try:

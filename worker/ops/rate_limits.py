@@ -34,6 +34,7 @@ from runtime.models.limits import CallLimitKey, listening_for_rate_limits
 from schema.wire.errors import ErrorCode
 from schema.wire.route import Route
 from worker.ops.rate_limit_rules import Bucket, RateLimitRules
+from worker.ops.redis_clients import redis_target, sync_client
 from worker.ops.settings import Settings
 
 log = structlog.get_logger("aidawork.rate_limits")
@@ -227,7 +228,8 @@ def limiter_for(settings: Settings) -> RateLimiter | None:
     rules = RateLimitRules(settings.model_rate_limits)
     if not rules:
         return None
-    client = redis.Redis.from_url(
-        settings.broker_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
-    )
+    target = redis_target(settings)
+    if target is None:  # the settings refuse rate limits without a Redis broker
+        raise ValueError("AIDAWORK_MODEL_RATE_LIMITS needs a Redis broker")
+    client = sync_client(target, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
     return RateLimiter(client, rules, settings.model_rate_limit_max_sleep_s)

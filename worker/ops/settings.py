@@ -20,6 +20,7 @@ from runtime.config import DEFAULT_KEY_REF, KEY_REF_PATTERN, check_base_url
 from runtime.models.keys import clean_key
 from runtime.toolsets.mcp_config import McpServerConfig, parse_mcp_servers
 from worker.ops.rate_limit_rules import RateLimit, parse_rate_limits
+from worker.ops.redis_clients import parse_sentinel_url, redis_url, sentinel_url
 from worker.ops.settings_values import ModelKeyEntry, json_setting, parse_api_tokens
 from worker.ops.webhooks.policy import parse_prefixes
 
@@ -41,7 +42,23 @@ class Settings(BaseSettings):
     )
     broker_url: str = Field(
         default="redis://127.0.0.1:6379/0",
-        description="The Celery broker (Redis); provider rate limits keep their buckets there too.",
+        description="The Celery broker (Redis); provider rate limits keep their buckets there too. Redis behind "
+        "Sentinel: `sentinel://host:26379;sentinel://host2:26379/0` (every sentinel, `;`-separated; the database, "
+        "user and password of the master in the first URL) with AIDAWORK_SENTINEL_MASTER.",
+    )
+    sentinel_master: str | None = Field(
+        default=None,
+        min_length=1,
+        description="With a `sentinel://` broker URL (required then): the name of the Redis master group the "
+        "sentinels monitor (`sentinel monitor NAME ...`). Every Redis client of every process (Celery, rate "
+        "limits, deltas, the reconciler's epoch key) asks the sentinels for its current master.",
+    )
+    sentinel_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="With a `sentinel://` broker URL: how long a sentinel may take to connect and answer before "
+        "the next one is asked for the master's address.",
     )
     secret_key: SecretStr | None = Field(
         default=None,
@@ -561,8 +578,19 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _sentinel_needs_master(self) -> Settings:
+        if sentinel_url(self.broker_url):
+            if self.sentinel_master is None:
+                raise ValueError(
+                    f"a sentinel:// {ENV_PREFIX}BROKER_URL needs {ENV_PREFIX}SENTINEL_MASTER, the name of the "
+                    "master group its sentinels monitor"
+                )
+            parse_sentinel_url(self.broker_url)  # a ValueError names what is wrong
+        return self
+
+    @model_validator(mode="after")
     def _rate_limits_need_redis(self) -> Settings:
-        if self.model_rate_limits and not self.broker_url.startswith(("redis:", "rediss:")):
+        if self.model_rate_limits and not redis_url(self.broker_url):
             raise ValueError(f"{ENV_PREFIX}MODEL_RATE_LIMITS needs a Redis broker (its buckets live there)")
         return self
 

@@ -28,7 +28,6 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from schema.migrate import upgrade_head
 from schema.store.audit import audit
 from schema.store.errors import FenceLost
 from schema.store.store import Store
@@ -37,7 +36,7 @@ from schema.wire.audit import Severity
 from tests.support.cluster import Cluster, wait_ready
 from tests.support.db import rows
 from tests.support.env import BROKER_URL
-from tests.support.postgres import PG_BIN, PgNode, as_postgres, multi_host_url
+from tests.support.postgres import PG_BIN, PgNode, as_postgres, multi_host_url, replicate
 from tests.support.requests import echo_rounds_request
 from tests.support.store import claim, record, submit
 from tests.support.wait import wait_until
@@ -56,22 +55,6 @@ def primary() -> Iterator[PgNode]:
     node = PgNode.primary(replication=True)
     yield node
     node.destroy()
-
-
-def _replicate(primary: PgNode, mode: str) -> PgNode:
-    primary.sql("CREATE DATABASE aidawork")
-    upgrade_head(primary.url("aidawork"))
-    replica = PgNode.replica_of(primary)
-    if mode == "remote_write":
-        # Set after the base backup: the replica must not inherit it, or once promoted it
-        # would wait for a standby of its own that does not exist.
-        primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
-        primary.sql("ALTER SYSTEM SET synchronous_commit = 'remote_write'")
-        primary.sql("SELECT pg_reload_conf()")
-    expected = "sync" if mode == "remote_write" else "async"
-    wait_until(lambda: primary.sql("SELECT sync_state FROM pg_stat_replication") == [(expected,)],
-               timeout_s=30, what=f"the replica to stream ({expected})")
-    return replica
 
 
 def _lose_the_tail(primary: PgNode, cluster: Cluster) -> None:
@@ -138,7 +121,7 @@ def _assert_stale_fence_refused(engine: Engine) -> None:
 def test_runs_in_flight_survive_the_promotion_of_a_replica(
     mode: str, primary: PgNode, redis_clean: None, tmp_path: Path
 ) -> None:
-    replica = _replicate(primary, mode)
+    replica = replicate(primary, mode)
     url = multi_host_url("aidawork", primary, replica)
     cluster = Cluster(url, tmp_path)
     ctx = build_context(Settings(database_url=url, broker_url=BROKER_URL))

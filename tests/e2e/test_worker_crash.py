@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from schema.store.audit import audit
 from tests.support.cluster import Cluster, events, wait_ready
 from tests.support.db import (
     calls_per_boundary,
@@ -192,3 +193,6 @@ def test_a_killed_workers_runs_move_to_another_worker_in_seconds_not_a_lease(clu
     after_s = (min(first_commits) - killed_at).total_seconds()
     print(f"\nfirst commit after the kill: {after_s:.2f} s ({len(killed)} runs held by the killed worker, "
           f"lease {LEASE_S:g} s, dead after {DEFAULTS['AIDAWORK_WORKER_DEAD_AFTER_S']} s)")
+    # The audit finds nothing wrong: the killed claims' calls are warnings at most.
+    report = audit(ctx.engine)
+    assert report.runs_checked == RUNS and report.errors == 0, report.problems

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
+from schema.migrate import upgrade_head
 from tests.support.api import free_port
+from tests.support.wait import wait_until
 
 _VERSIONS = sorted(os.listdir("/usr/lib/postgresql")) if Path("/usr/lib/postgresql").exists() else []
 PG_BIN = Path("/usr/lib/postgresql") / (_VERSIONS[-1] if _VERSIONS else "none") / "bin"
@@ -108,3 +110,21 @@ def multi_host_url(db: str, *nodes: PgNode) -> str:
     new primary without any process being reconfigured."""
     hosts = "&".join(f"host=127.0.0.1:{n.port}" for n in nodes)
     return f"postgresql+psycopg://postgres@/{db}?{hosts}&target_session_attrs=read-write"
+
+
+def replicate(primary: PgNode, mode: str) -> PgNode:
+    """Database ``aidawork`` migrated on ``primary``, and a replica streaming it, with
+    synchronous replication (``mode`` ``remote_write``) or asynchronous (``async``)."""
+    primary.sql("CREATE DATABASE aidawork")
+    upgrade_head(primary.url("aidawork"))
+    replica = PgNode.replica_of(primary)
+    if mode == "remote_write":
+        # Set after the base backup: the replica must not inherit it, or once promoted it
+        # would wait for a standby of its own that does not exist.
+        primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        primary.sql("ALTER SYSTEM SET synchronous_commit = 'remote_write'")
+        primary.sql("SELECT pg_reload_conf()")
+    expected = "sync" if mode == "remote_write" else "async"
+    wait_until(lambda: primary.sql("SELECT sync_state FROM pg_stat_replication") == [(expected,)],
+               timeout_s=30, what=f"the replica to stream ({expected})")
+    return replica

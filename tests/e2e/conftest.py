@@ -3,6 +3,7 @@ Flower processes. Marked ``e2e`` (see tests/conftest.py)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from tests.support.api import ApiServer
 from tests.support.cluster import Cluster
 from tests.support.env import BROKER_URL, make_context, unavailable
 from tests.support.flower import running_flower
+from tests.support.postgres import PG_BIN, PgNode
+from tests.support.sentinel import SentinelGroup
 
 
 @pytest.fixture
@@ -56,3 +59,26 @@ def api(db_url: str, redis_clean: None, tmp_path: Path) -> Iterator[ApiServer]:
 def flower(db_url: str, redis_clean: None, tmp_path: Path) -> Iterator[httpx.Client]:
     with running_flower(db_url, tmp_path / "flower.log", {"FLOWER_UNAUTHENTICATED_API": "1"}) as http:
         yield http
+
+
+@pytest.fixture
+def primary() -> Iterator[PgNode]:
+    """A throwaway PostgreSQL primary set up for streaming replication (tests/support/postgres.py)."""
+    if not (PG_BIN / "pg_basebackup").exists():
+        pytest.fail(f"no pg_basebackup at {PG_BIN}")
+    node = PgNode.primary(replication=True)
+    yield node
+    node.destroy()
+
+
+@pytest.fixture
+def sentinels() -> Iterator[SentinelGroup]:
+    """A Redis master, its replica and 3 sentinels on loopback ports (tests/support/sentinel.py)."""
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed")
+    group = SentinelGroup()
+    try:
+        group.start()
+        yield group
+    finally:
+        group.stop()

@@ -12,12 +12,10 @@ of the two promotions to the first commit are printed (not asserted)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from uuid import UUID
 
-import pytest
 from sqlalchemy.exc import OperationalError
 
 from schema.store.audit import audit
@@ -26,7 +24,7 @@ from schema.wire.audit import Severity
 from tests.support.cluster import Cluster, wait_ready
 from tests.support.db import rows
 from tests.support.env import default_timings
-from tests.support.postgres import PG_BIN, PgNode, multi_host_url, replicate
+from tests.support.postgres import PgNode, multi_host_url, replicate
 from tests.support.requests import echo_rounds_request
 from tests.support.sentinel import MASTER_NAME, SentinelGroup
 from tests.support.wait import wait_until
@@ -37,25 +35,6 @@ from worker.ops.settings import Settings
 RUNS, ROUNDS = 40, 5
 WAIT_S = 90.0
 TIMELINE_FLOOR = 1 << 40  # the lowest fence timeline 2 issues (schema.store.claims)
-
-
-@pytest.fixture
-def primary() -> Iterator[PgNode]:
-    if not (PG_BIN / "pg_basebackup").exists():
-        pytest.fail(f"no pg_basebackup at {PG_BIN}")
-    node = PgNode.primary(replication=True)
-    yield node
-    node.destroy()
-
-
-@pytest.fixture
-def sentinels() -> Iterator[SentinelGroup]:
-    group = SentinelGroup()
-    try:
-        group.start()
-        yield group
-    finally:
-        group.stop()
 
 
 def _count(engine: object, sql: str) -> int:

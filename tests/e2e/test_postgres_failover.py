@@ -19,7 +19,6 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,15 +45,6 @@ from worker.ops.settings import Settings
 RUNS, ROUNDS = 40, 5
 WAIT_S = 80.0
 TIMELINE_FLOOR = 1 << 40  # the lowest fence timeline 2 issues (schema.store.claims.next_fence_sql)
-
-
-@pytest.fixture
-def primary() -> Iterator[PgNode]:
-    if not (PG_BIN / "pg_basebackup").exists():
-        pytest.fail(f"no pg_basebackup at {PG_BIN}")
-    node = PgNode.primary(replication=True)
-    yield node
-    node.destroy()
 
 
 def _lose_the_tail(primary: PgNode, cluster: Cluster) -> None:

@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
-
-import pytest
 
 from tests.support.cluster import Cluster, cli, wait_ready
 from tests.support.db import rows
@@ -38,18 +34,6 @@ RUNS, ROUNDS = 40, 5
 LOST = 5  # runs whose first message was on the old master only (see _lost_messages)
 LATENCY_MS = 300  # a round's model call: rounds are in flight when the master dies
 WAIT_S = 75.0
-
-
-@pytest.fixture
-def sentinels() -> Iterator[SentinelGroup]:
-    if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not installed")
-    group = SentinelGroup()
-    try:
-        group.start()
-        yield group
-    finally:
-        group.stop()
 
 
 def _request(i: int) -> dict[str, Any]:

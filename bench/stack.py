@@ -30,7 +30,7 @@ import redis
 from sqlalchemy import text
 
 import bench.env  # noqa: F401  (sets the environment before any project module reads it)
-from bench import db
+from bench import db, wal
 from bench.env import BROKER_URL, DB_NAME
 from bench.procs import CLK_TCK, aidawork_worker, cpu_ms, stop
 
@@ -89,19 +89,22 @@ def read_cpu(counters: Counters, worker_pid: int) -> None:
     counters.redis_ms = (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1000
 
 
-def read_stats(counters: Counters) -> None:
+def read_stats(counters: Counters) -> str:
+    """Read the counters; returns the WAL position they were read at."""
     with db.engine().connect() as conn:
+        lsn = wal.current_lsn(conn)
         row = conn.execute(
             text("SELECT xact_commit, tup_inserted + tup_updated AS rows FROM pg_stat_database WHERE datname = :db"),
             {"db": DB_NAME},
         ).one()
-        wal = conn.execute(text("SELECT wal_bytes, wal_sync FROM pg_stat_wal")).one()
+        stat_wal = conn.execute(text("SELECT wal_bytes, wal_sync FROM pg_stat_wal")).one()
     db.engine().dispose()  # its own statistics are reported now, not inside the next phase
     counters.commits, counters.rows = int(row.xact_commit), int(row.rows)
-    counters.wal_bytes, counters.wal_sync = int(wal.wal_bytes), int(wal.wal_sync)
+    counters.wal_bytes, counters.wal_sync = int(stat_wal.wal_bytes), int(stat_wal.wal_sync)
     stats = redis.Redis.from_url(BROKER_URL).info("commandstats")
     counters.redis_by_command = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
     counters.redis_calls = sum(counters.redis_by_command.values())
+    return lsn
 
 
 @dataclass
@@ -113,6 +116,7 @@ class StackCost:
     latency_ms: int
     wall_s: float
     delta: Counters
+    wal: wal.WalBreakdown
 
     def per_round(self) -> dict[str, float]:
         d, n = self.delta, max(self.rounds_done, 1)
@@ -139,10 +143,12 @@ def measure(runs: int, rounds: int, latency_ms: int, concurrency: int, label: st
         os.kill(worker.pid, signal.SIGSTOP)
         ids = [db.submit(db.scripted(rounds, latency_ms=latency_ms, owner="bench-stack", tag=j))
                for j in range(runs)]
+        with db.engine().connect() as conn:
+            wal.enable(conn)
         db.engine().dispose()
         time.sleep(STATS_IDLE_S)
         before = Counters()
-        read_stats(before)
+        start_lsn = read_stats(before)
         read_cpu(before, worker.pid)
         os.kill(worker.pid, signal.SIGCONT)
         start = time.monotonic()
@@ -153,7 +159,9 @@ def measure(runs: int, rounds: int, latency_ms: int, concurrency: int, label: st
     finally:
         stop(worker)
     time.sleep(1.0)  # the worker's backends exit and report
-    read_stats(after)
+    end_lsn = read_stats(after)
+    with db.engine().connect() as conn:
+        by_relation = wal.breakdown(conn, start_lsn, end_lsn)
     delta = after - before
     delta.redis_calls -= 2  # the two INFO commandstats of the snapshots
     delta.redis_by_command["info"] = delta.redis_by_command.get("info", 0) - 2
@@ -162,7 +170,7 @@ def measure(runs: int, rounds: int, latency_ms: int, concurrency: int, label: st
         done = int(conn.execute(count, {"ids": ids}).scalar_one())
     if stuck:
         label += f" ({len(stuck)} runs had not ended)"
-    return StackCost(label, runs, rounds, done, latency_ms, wall_s, delta)
+    return StackCost(label, runs, rounds, done, latency_ms, wall_s, delta, by_relation)
 
 
 def report(cost: StackCost) -> list[str]:
@@ -186,7 +194,7 @@ def report(cost: StackCost) -> list[str]:
     by_command = sorted(((calls, name) for name, calls in cost.delta.redis_by_command.items() if calls), reverse=True)
     lines.append("  Redis commands per round, by command: "
                  + ", ".join(f"{name} {calls / n:.2f}" for calls, name in by_command))
-    return lines
+    return lines + cost.wal.lines(n)
 
 
 PHASES = [

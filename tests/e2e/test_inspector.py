@@ -90,12 +90,13 @@ def test_the_inspector_shows_a_run_answers_its_wait_and_follows_it_live(
     wait = page.locator('.wait[data-tool-call-id="call_1_0"]')
     wait.locator("textarea.tool-result").fill('"red"')
     wait.locator("button.send-result").click()
-    # The stream's events update the page: the status, then the finishing round.
+    # The run ends in the database first (so a failure says which side was slow: the run
+    # or the page), then the stream's events update the page: the status, then the round.
+    assert wait_terminal(ctx.engine, waiting)["status"] == "completed"
     expect(page.locator("#run-status")).to_have_text("completed", timeout=TIMEOUT_MS)
     expect(checks).to_have_text(["digest verified"] * 3)
     expect(page.locator("#run-output")).to_contain_text("picked red")
     assert page.evaluate("window.notReloaded") is True
-    assert wait_terminal(ctx.engine, waiting)["status"] == "completed"
 
     page.goto(f"http://127.0.0.1:{api.port}/ui#/runs/{altered}")  # a hash change: the same page
     expect(page.locator("#run-id")).to_have_text(str(altered))

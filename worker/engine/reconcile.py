@@ -74,21 +74,16 @@ def broker_identity(client: redis.Redis) -> str:
     return f"{server.get('run_id', '')}:{replication.get('master_replid', '')}"
 
 
-def broker_reset(where: RedisTarget | str) -> str | None:
+def broker_reset(where: RedisTarget) -> str | None:
     """Why the broker may have lost messages since the last pass (``empty``: the epoch key
     is gone; ``changed``: another server, or the same one restarted or promoted, holds it),
     or None. Written in one SET ... GET, so two beats see one change once between them."""
-    client = _broker(RedisTarget.of(where))
+    client = _broker(where)
     identity = broker_identity(client)
     was = client.set(BROKER_EPOCH_KEY, identity, get=True)
     if was is None:
         return "empty"
     return None if was == identity.encode() else "changed"
-
-
-def broker_was_reset(where: RedisTarget | str) -> bool:
-    """True on the first pass since the broker's Redis started empty, restarted or failed over."""
-    return broker_reset(where) is not None
 
 
 def reconcile(ctx: ClientContext) -> int:

@@ -30,9 +30,12 @@ os.environ.setdefault("AIDAWORK_MODEL_KEYS", json.dumps({"team-b": {"key": "sk-d
 sys.path.insert(0, str(REPO))
 
 from runtime.errors import RequestInvalid  # noqa: E402
+from schema.store.audit import audit  # noqa: E402
 from schema.wire import TERMINAL_EVENTS, RunEvent  # noqa: E402
 from worker import client  # noqa: E402
+from worker.cli.audit import describe  # noqa: E402
 from worker.cli.run_view import format_event  # noqa: E402
+from worker.client.context import get_client_context  # noqa: E402
 
 
 def say(line: str) -> None:
@@ -297,6 +300,11 @@ def run_demo() -> int:
             f"rebuilds={view.rebuilds} output={view.output!r} error={view.error_code}"
         )
         ok &= view.status == expected
+    say("== nothing lost: each run's boundaries, fences, events and model-call ledger checked (aidawork audit)")
+    for label, (run_id, _) in runs.items():
+        report = audit(get_client_context().engine, run_id=run_id)
+        say(f"   {label:<10} {describe(report)[-1]}")
+        ok &= report.clean
     say(f"== try it yourself: aidawork status {runs['research'][0]} --json")
     return 0 if ok else 1
 

@@ -227,6 +227,7 @@ def test_each_owner_lists_its_own_agents_and_a_call_runs_to_completion_with_prog
     messages = [m for _, m in progress]
     assert "the model called add" in messages and "tool_completed: add" in messages, progress
     assert [v for v, _ in progress] == sorted(v for v, _ in progress)
+    assert progress[0][0] == 1, progress  # from the run's first event, whatever a worker did before the wait
     assert (again.is_error, text_of(again), again.structured_content["root_id"]) == (False, "5", structured["root_id"])
     assert "tool_completed: add" in legacy_progress, legacy_progress
     assert calls_per_boundary(ctx.engine, uuid.UUID(structured["run_id"])) == {0: 1, 1: 1}

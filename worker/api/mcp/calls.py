@@ -98,14 +98,15 @@ async def _resumed(caller: Caller, params: CallToolRequestParams, state: str) ->
 
 
 async def _agent_call(caller: Caller, params: CallToolRequestParams) -> CallToolResult | InputRequiredResult:
+    after_seq: int | None = None  # a resumed run: its progress from now on
     if params.request_state is not None:
         resumed = await _resumed(caller, params, params.request_state)
         if isinstance(resumed, CallToolResult):
             return resumed
         view = resumed
     else:
-        view = await start(caller, params)
-    view = await runs.settle(caller.state, caller.owner, view, MAX_WAIT_S, caller.report)
+        view, after_seq = await start(caller, params), 0  # a new run: every event of it
+    view = await runs.settle(caller.state, caller.owner, view, MAX_WAIT_S, caller.report, after_seq=after_seq)
     return outcome(caller, view)
 
 

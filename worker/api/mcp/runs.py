@@ -128,13 +128,17 @@ def _last_seq(state: ApiState, run_id: UUID) -> int:
     return seq
 
 
-async def settle(state: ApiState, owner: str, view: RunView, wait_s: float, report: Report | None) -> RunView:
+async def settle(state: ApiState, owner: str, view: RunView, wait_s: float, report: Report | None,
+                 *, after_seq: int | None = None) -> RunView:
     """The run once it has ended or waits for an answer, or as it is after ``wait_s``.
-    Each event it commits meanwhile goes to ``report`` (a progress notification)."""
+    Each event it commits after ``after_seq`` goes to ``report`` (a progress notification):
+    0 for a run this call started (a worker may have committed its first rounds already),
+    by default the run's last event now."""
     if settled(view) or wait_s <= 0:
         return view
     run_id = view.run_id
-    after_seq = await blocking(_last_seq, state, run_id)
+    if after_seq is None:
+        after_seq = await blocking(_last_seq, state, run_id)
     view = await status(state, owner, run_id)  # read after the cursor: nothing between is missed
     if settled(view):
         return view

@@ -54,7 +54,7 @@ from schema.wire import TERMINAL_EVENTS, EventKind, RunEvent, RunView
 from schema.wire.agents import AgentView
 from worker import client
 from worker.api.a2a import sends
-from worker.api.a2a.tasks import EventMapper, still_waiting, task_of
+from worker.api.a2a.tasks import EventMapper, still_waiting, submitted_task, task_of
 from worker.api.deps import ApiState
 from worker.client.context import ClientContext
 
@@ -183,7 +183,8 @@ class RunTasks(RequestHandler):
         with stream_slot(caller):  # taken before the run is stored: a refused stream stores nothing
             started = await self._start(caller, params)
             view = await status_of(caller, started.run_id)
-            yield task_of(view)
+            # A new task's stream tells its whole story: submitted, then every event from the first.
+            yield submitted_task(view) if started.after_seq == 0 else task_of(view)
             if started.follow:
                 async for update in updates(caller, view, started.after_seq):
                     yield update

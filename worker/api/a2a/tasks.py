@@ -154,6 +154,15 @@ def task_of(view: RunView) -> Task:
     return task
 
 
+def submitted_task(view: RunView) -> Task:
+    """The task as its submission left it: what a stream that then replays every event of
+    the run starts with (a worker may have taken the run already; its events follow)."""
+    task = Task(id=str(view.run_id), context_id=str(view.root_id),
+                status=TaskStatus(state=STATE_OF[RunStatus.QUEUED]))
+    task.metadata.update({"agent": view.agent, "rounds": 0, "model_calls": 0})
+    return task
+
+
 class EventMapper:
     """A run's events, in order, as the task's stream updates. It remembers the
     ``tool_suspended`` events it has seen, since the ``run_suspended`` after them names
